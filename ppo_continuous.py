@@ -1,0 +1,623 @@
+"""PPO for continuous actions (MuJoCo: HalfCheetah, Hopper, Walker2d, ...; also Pendulum-v1).
+
+One file, read top to bottom: settings, the math as small pure functions, the normalisation statistics,
+the network, the environment, checkpoints, then the training loop in `main()`. Tags like `[cont-6]` name
+the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for them.
+
+    python ppo_continuous.py --env-id Hopper-v5 --seed 3
+    python ppo_continuous.py --help
+"""
+
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.distributions import Normal
+
+SCRIPT = "ppo_continuous"
+
+
+@dataclass
+class Args:
+    # --- experiment ---
+    exp_name: str = SCRIPT
+    """name of this experiment, part of the run name"""
+    seed: int = 1
+    """seed of the run: same seed on CPU, same curve"""
+    torch_deterministic: bool = True
+    """make cuDNN deterministic (only matters with --cuda)"""
+    cuda: bool = False
+    """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
+    threads: int = 1
+    """torch CPU threads; one is fastest for these small networks and lets a sweep run one seed per core"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project_name: str = "ppo-reference"
+    """the wandb project"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """record mp4s of env 0's episodes under videos/{run_name} (headless: MUJOCO_GL=egl unless set)"""
+    progress: bool = True
+    """show a progress line (only when stdout is a terminal)"""
+
+    # --- checkpoints and evaluation ---
+    save_model: bool = False
+    """write runs/{run_name}/checkpoint.pt at the end of training"""
+    checkpoint_every: int = 0
+    """also write it every N iterations (0: never)"""
+    resume: Optional[str] = None
+    """continue training from this checkpoint (hyperparameters come from the checkpoint)"""
+    eval_checkpoint: Optional[str] = None
+    """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
+    eval_episodes: int = 10
+    """episodes to run in evaluation"""
+    eval_deterministic: bool = True
+    """evaluate with the Gaussian mean (--no-eval-deterministic samples from the policy)"""
+
+    # --- algorithm ---
+    env_id: str = "HalfCheetah-v5"
+    """gymnasium id of an env with a Box action space and a flat Box observation space"""
+    total_timesteps: int = 1_000_000
+    """total environment steps across all envs"""
+    learning_rate: float = 3e-4
+    """initial learning rate of Adam"""
+    num_envs: int = 1
+    """environments stepped together"""
+    num_steps: int = 2048
+    """steps per env in each rollout"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    num_minibatches: int = 32
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping coefficient"""
+    anneal_clip: bool = False
+    """anneal the clipping coefficient linearly to 0, like the learning rate"""
+    clip_vloss: bool = True
+    """clip the value loss"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    norm_obs: bool = True
+    """normalise observations by their running mean and std"""
+    norm_reward: bool = True
+    """scale rewards by the running std of the discounted return"""
+    clip_obs: float = 10.0
+    """clip normalised observations to +-this"""
+    clip_reward: float = 10.0
+    """clip scaled rewards to +-this"""
+    bootstrap_truncation: bool = True
+    """bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as
+    terminations, exactly like openai/baselines ppo2 and CleanRL"""
+
+
+# Fields a resumed run takes from its checkpoint; the others (logging, checkpoints) may change.
+_FIELD_NAMES = [f.name for f in fields(Args)]
+HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+
+
+# ----------------------------------------------------------------------------------------------
+# The math, as pure functions of tensors
+# ----------------------------------------------------------------------------------------------
+
+
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """[core-5] Generalized advantage estimation, backwards over a rollout of shape (steps, envs).
+
+    `dones[t]` says the episode ended with step t, so V(s_{t+1}) must not be bootstrapped there
+    (a time-limit truncation has already had gamma * V(final obs) added to its reward).
+    `last_value` is V of the observation after the rollout: episodes carry over to the next rollout.
+    Returns (advantages, value targets = advantages + values).
+    """
+    advantages = torch.zeros_like(rewards)
+    next_value, next_advantage = last_value, 0.0
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        next_advantage = delta + gamma * gae_lambda * not_done * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+def bootstrap_truncated(rewards, truncated, final_values, gamma):
+    """A time limit is not a real end: the agent would have gone on collecting V(final obs).
+    Adding gamma * V(final obs) to the reward of a truncated (not terminated) step and then treating
+    the step as done gives exactly the bootstrapped target; terminated steps get nothing."""
+    return rewards + gamma * final_values * truncated
+
+
+def normalize(x, eps=1e-8):
+    """[core-7] Zero mean, unit std."""
+    return (x - x.mean()) / (x.std() + eps)
+
+
+def clipped_surrogate(ratio, advantages, clip_coef):
+    """[core-8] Per-sample PPO objective (to maximise): min(r A, clip(r, 1-e, 1+e) A).
+
+    Where the clipped term is the smaller one, it is constant in the policy's parameters, so the
+    gradient is exactly zero: the sample has moved far enough in the direction its advantage wants."""
+    return torch.min(ratio * advantages, torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef) * advantages)
+
+
+def value_loss(new_values, old_values, returns, clip_coef, clip=True):
+    """[core-9] 0.5 * squared error; clipped: the max of the plain error and the error of a value kept
+    within +-clip_coef of the value at rollout time, so the critic cannot jump far in one update."""
+    unclipped = (new_values - returns) ** 2
+    if not clip:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
+
+
+def explained_variance(predicted, target):
+    """[core-12] 1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
+    var_target = np.var(target)
+    return float("nan") if var_target == 0 else float(1 - np.var(target - predicted) / var_target)
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalisation statistics: part of the model, saved in every checkpoint
+# ----------------------------------------------------------------------------------------------
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches (Chan et al.'s parallel update, as in baselines).
+
+    One instance serves the whole vector of envs: every env's sample updates the same statistics."""
+
+    def __init__(self, shape=()):
+        self.mean, self.var, self.count = np.zeros(shape), np.ones(shape), 1e-4
+
+    def update(self, batch):
+        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.var, self.count = m2 / total, total
+
+    def state_dict(self):
+        return {"mean": torch.as_tensor(self.mean), "var": torch.as_tensor(self.var), "count": self.count}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
+
+
+def normalize_obs(obs, rms, clip, eps=1e-8):
+    """[cont-6] Scale by the running statistics; [cont-7] then clip, so a rare state cannot blow up the input."""
+    return np.clip((obs - rms.mean) / np.sqrt(rms.var + eps), -clip, clip)
+
+
+def scale_reward(rewards, dones, discounted_return, rms, gamma, clip, eps=1e-8):
+    """[cont-8] Divide rewards by the running std of the discounted return (no mean subtracted, so the
+    sign of a reward is kept); [cont-9] then clip. `discounted_return` (one per env) is updated in place
+    and reset where an episode ends. Returns the scaled rewards."""
+    discounted_return[:] = discounted_return * gamma + rewards
+    rms.update(discounted_return)
+    scaled = np.clip(rewards / np.sqrt(rms.var + eps), -clip, clip)
+    discounted_return[dones] = 0.0
+    return scaled
+
+
+# ----------------------------------------------------------------------------------------------
+# The network
+# ----------------------------------------------------------------------------------------------
+
+
+def layer_init(layer, gain=np.sqrt(2), bias=0.0):
+    """[core-2] Orthogonal weights with the given gain, constant bias."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_size, action_size):
+        super().__init__()
+        # [cont-4] [core-13] Separate 64-64 tanh networks for the value and the policy.
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_size, 64)), nn.Tanh(),
+            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(64, 1), gain=1.0),  # [core-2] value output gain 1
+        )
+        # [cont-1] A diagonal Gaussian: the network outputs the mean of each action dimension.
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_size, 64)), nn.Tanh(),
+            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            # [core-2] Policy output gain 0.01: means start near 0.
+            layer_init(nn.Linear(64, action_size), gain=0.01),
+        )
+        # [cont-2] The log-std does not depend on the state: one learned parameter per dimension, from 0 (std 1).
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_size))
+
+    def get_value(self, obs):
+        return self.critic(obs).squeeze(-1)
+
+    def get_action_and_value(self, obs, action=None):
+        mean = self.actor_mean(obs)
+        dist = Normal(mean, self.actor_logstd.expand_as(mean).exp())
+        if action is None:
+            action = dist.sample()
+        # [cont-3] Independent dimensions: the joint log-prob and entropy are sums over dimensions.
+        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.get_value(obs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Environment, input checks and checkpoints
+# ----------------------------------------------------------------------------------------------
+
+
+def fail(message):
+    """Bad input ends the program with one line and no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}", disable_logger=True)
+        else:
+            env = gym.make(env_id)
+        return env
+
+    return thunk
+
+
+def check_env(env_id):
+    """Fail early unless env_id is a registered env with Box actions and flat Box observations."""
+    try:
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as e:
+        fail(f"unknown or unavailable env id '{env_id}': {e}")
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if isinstance(act_space, gym.spaces.Discrete):
+        hint = "ppo_atari.py" if "NoFrameskip" in env_id or env_id.startswith("ALE/") else "ppo_discrete.py"
+        fail(f"{env_id} has discrete actions: use {hint}")
+    if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
+        fail(f"{env_id} has a {act_space} action space; this script needs a 1-D Box")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        fail(f"{env_id} has observations {obs_space}; this script needs a flat Box")
+    # Documented choice for unbounded actions: [cont-5] clipping to +-inf is a no-op, the sample goes as is.
+    return obs_space.shape[0], act_space.shape[0]
+
+
+def check_args(args):
+    batch_size = args.num_envs * args.num_steps
+    if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
+        fail("--num-envs, --num-steps, --num-minibatches and --update-epochs must be at least 1")
+    if batch_size % args.num_minibatches:
+        fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
+             "choose --num-minibatches that divides it")
+    if args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+    if args.checkpoint_every < 0 or args.eval_episodes < 1:
+        fail("--checkpoint-every must be >= 0 and --eval-episodes >= 1")
+
+
+def load_checkpoint(path, args):
+    """Read a checkpoint and check it belongs to this script and to the env asked for."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        script = ckpt["script"]
+    except Exception as e:  # a truncated or foreign file can fail in many ways
+        fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    if script != SCRIPT:
+        fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    if args.env_id not in (Args.env_id, ckpt["args"]["env_id"]):
+        fail(f"{path} was trained on {ckpt['args']['env_id']}, not {args.env_id}")
+    return ckpt
+
+
+def save_checkpoint(path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, iteration):
+    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+    np_state = np.random.get_state()
+    ckpt = {
+        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
+        "obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict(),
+        "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
+                "numpy": [np_state[1].tolist(), int(np_state[2])]},
+    }
+    tmp = f"{path}.tmp"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def evaluate(agent, obs_rms, args, device):
+    """Run the policy without training, with the normalisation statistics frozen as they were saved.
+    Returns the episode returns in the environment's own reward units."""
+    env = gym.make(args.env_id)
+    low, high = env.action_space.low, env.action_space.high
+    returns = []
+    for episode in range(args.eval_episodes):
+        obs, _ = env.reset(seed=args.seed + episode)
+        done, total = False, 0.0
+        while not done:
+            if args.norm_obs:
+                obs = normalize_obs(obs, obs_rms, args.clip_obs)
+            obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            with torch.inference_mode():
+                if args.eval_deterministic:
+                    action = agent.actor_mean(obs)
+                else:
+                    action = agent.get_action_and_value(obs[None])[0][0]
+            obs, reward, terminated, truncated, _ = env.step(np.clip(action.cpu().numpy(), low, high))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    ckpt = None
+    if args.eval_checkpoint or args.resume:
+        ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args)
+        args.env_id = ckpt["args"]["env_id"]
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # render without a display
+    obs_size, action_size = check_env(args.env_id)
+
+    torch.set_num_threads(args.threads)
+    # Sampling through torch.distributions is much faster without its argument checks.
+    torch.distributions.Distribution.set_default_validate_args(False)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    obs_rms, return_rms = RunningMeanStd((obs_size,)), RunningMeanStd()
+    if ckpt is not None:
+        if ckpt["obs_rms"]["mean"].shape != (obs_size,):
+            fail(f"checkpoint observations have shape {tuple(ckpt['obs_rms']['mean'].shape)}, "
+                 f"{args.env_id} has ({obs_size},)")
+        obs_rms.load_state_dict(ckpt["obs_rms"])
+        return_rms.load_state_dict(ckpt["return_rms"])
+
+    if args.eval_checkpoint:
+        for name in ("norm_obs", "clip_obs"):  # the policy must see observations as it was trained
+            setattr(args, name, ckpt["args"][name])
+        agent = Agent(obs_size, action_size).to(device)
+        agent.load_state_dict(ckpt["model"])
+        returns = evaluate(agent, obs_rms, args, device)
+        mode = "deterministic" if args.eval_deterministic else "sampled"
+        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode})")
+        return
+
+    if ckpt is not None:
+        given = asdict(args)
+        for name in HYPERPARAMETERS:
+            default, saved = getattr(Args, name), ckpt["args"][name]
+            if given[name] not in (default, saved):
+                fail(f"--{name.replace('_', '-')} {given[name]} differs from the checkpoint's {saved}; "
+                     "a resumed run keeps its hyperparameters")
+            setattr(args, name, saved)
+        run_name = ckpt["run_name"]
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        if os.path.exists(f"runs/{run_name}"):
+            fail(f"runs/{run_name} already exists; not overwriting it")
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size
+    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+
+    # Seeding: python, numpy and torch here; each env gets seed + its index at its first reset.
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
+    # first observation of the next one, and the true last observation in info["final_obs"].
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    # Episode statistics see the raw rewards: charts/episodic_return is in the env's own units.
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
+
+    agent = Agent(obs_size, action_size).to(device)
+    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8).
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    start_iteration, global_step = 1, 0
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        random.setstate((3, tuple(ckpt["rng"]["python"]), None))
+        np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
+
+    if args.track:
+        import wandb
+
+        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
+        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
+                   name=run_name, id=run_name.replace("/", "_"), resume="allow", save_code=True)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # On resume, purge_step hides anything logged after the checkpoint by the interrupted run.
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step if ckpt else None)
+    if ckpt is None:
+        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+
+    # Rollout storage, allocated once.
+    obs = torch.zeros((args.num_steps, args.num_envs, obs_size), device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs, action_size), device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    def observe(raw_obs, update=True):
+        """The network's view of a batch of raw observations; only observations the envs really
+        returned update the shared statistics (not the final observations of ended episodes)."""
+        if not args.norm_obs:
+            return torch.as_tensor(raw_obs, dtype=torch.float32, device=device)
+        if update:
+            obs_rms.update(raw_obs)
+        return torch.as_tensor(normalize_obs(raw_obs, obs_rms, args.clip_obs), dtype=torch.float32, device=device)
+
+    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh episodes
+    next_obs_raw, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
+    next_obs = observe(next_obs_raw)
+    discounted_return = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=100)
+    show_progress = args.progress and sys.stdout.isatty()
+    start_time, start_step = time.time(), global_step
+
+    for iteration in range(start_iteration, num_iterations + 1):
+        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
+        frac = 1.0 - (iteration - 1.0) / num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
+
+        # --- rollout ---
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            # [cont-5] The env gets the action clipped to its bounds; the buffer keeps the unclipped
+            # sample, whose log-prob is the one the policy really assigned.
+            actions[step], logprobs[step], values[step] = action, logprob, value
+            env_action = np.clip(action.cpu().numpy(), action_low, action_high)
+
+            next_obs_raw, reward, terminated, truncated, info = envs.step(env_action)
+            done = terminated | truncated
+            truncated = truncated & ~terminated
+            if args.norm_reward:
+                reward = scale_reward(reward, done, discounted_return, return_rms, args.gamma, args.clip_reward)
+            if args.bootstrap_truncation and truncated.any():
+                # The final observation goes through the same (not updated) statistics as every other input.
+                final_obs = observe(np.stack(info["final_obs"][truncated]), update=False)
+                final_values = np.zeros(args.num_envs)
+                with torch.inference_mode():
+                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
+                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
+            rewards[step] = torch.as_tensor(reward, device=device)
+            dones[step] = torch.as_tensor(done, device=device)
+            next_obs = observe(next_obs_raw)
+
+            if "_episode" in info:
+                for i in np.flatnonzero(info["_episode"]):
+                    episodic_return = float(info["episode"]["r"][i])
+                    recent_returns.append(episodic_return)
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", int(info["episode"]["l"][i]), global_step)
+
+        # --- advantages ---
+        with torch.inference_mode():
+            last_value = agent.get_value(next_obs)
+        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
+
+        # --- flatten the batch ---
+        b_obs, b_actions = obs.reshape(batch_size, obs_size), actions.reshape(batch_size, action_size)
+        b_logprobs = logprobs.reshape(-1)
+        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+
+        # --- epochs of minibatch updates ---
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
+            order = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                mb = order[start:start + minibatch_size]
+                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                logratio = new_logprob - b_logprobs[mb]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
+
+                mb_advantages = normalize(b_advantages[mb]) if args.norm_adv else b_advantages[mb]
+                pg_loss = -clipped_surrogate(ratio, mb_advantages, clip_coef).mean()
+                v_loss = value_loss(new_value, b_values[mb], b_returns[mb], clip_coef, args.clip_vloss)
+                entropy_loss = entropy.mean()
+                # [core-10] One loss, one optimizer for both networks.
+                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+                if not torch.isfinite(loss):
+                    fail(f"loss became {loss.item()} at step {global_step}; stopping "
+                         f"(the last good checkpoint, if any, is left at {ckpt_path})")
+
+                optimizer.zero_grad()
+                loss.backward()
+                # [core-11] Global gradient-norm clipping.
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        # --- log ---
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance",
+                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
+        if show_progress:
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+            print(f"\rstep {global_step}/{args.total_timesteps}  {sps} steps/s  return(last 100) {mean_return}   ",
+                  end="", flush=True)
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            save_checkpoint(ckpt_path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, iteration)
+
+    if show_progress:
+        print()
+    if args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, num_iterations)
+        print(f"checkpoint saved to {ckpt_path}")
+    envs.close()
+    writer.close()
+    if args.track:
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    main()
