@@ -1,0 +1,541 @@
+"""Tests of the benchmark tools: benchmarks/sweep.sh (local mode on tiny real runs, Slurm mode on a real
+single-node Slurm started here) and benchmarks/compare.py (statistics on hand-checked numbers, bad input on
+synthetic event files, a table and plots from the real runs).
+
+The real runs are ppo_discrete.py on CartPole-v1 for 1024 steps (a few seconds each, mostly imports).
+The Slurm test needs slurm-wlm and munge (Debian packages) and root; it is skipped without them.
+"""
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEP = REPO / "benchmarks" / "sweep.sh"
+SCRIPT = REPO / "ppo_discrete.py"
+TINY = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"]
+
+_spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)
+
+
+def sweep(*args, env=None, timeout=240):
+    """Run sweep.sh with `args`; the extra environment `env` is added to ours."""
+    return subprocess.run(["bash", str(SWEEP), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})}, cwd=REPO)
+
+
+def done_info(seed_dir):
+    fields = dict(line.split(" ", 1) for line in (seed_dir / "done").read_text().splitlines())
+    return int(fields["started"]), int(fields["finished"])
+
+
+def event_files(seed_dir):
+    return sorted((seed_dir / "runs").rglob("events.out.tfevents.*"))
+
+
+# ----------------------------------------------------------------------------------------------
+# compare.py: statistics on hand-checked numbers
+# ----------------------------------------------------------------------------------------------
+
+
+def test_run_return_is_mean_of_last_100_episodes():
+    assert compare.run_return(np.arange(1, 151)) == pytest.approx(100.5)  # mean of 51..150
+    assert compare.run_return([1.0, 2.0, 3.0]) == pytest.approx(2.0)  # fewer than 100: all of them
+    assert compare.run_return(np.arange(10), last=4) == pytest.approx(7.5)
+    with pytest.raises(ValueError):
+        compare.run_return([])
+
+
+def test_group_mean_and_population_std():
+    s = compare.group_stats([490.0, 480.0, 500.0], resamples=500)
+    assert s.n == 3
+    assert s.mean == pytest.approx(490.0)
+    assert s.std == pytest.approx(np.sqrt(200 / 3))  # ddof=0: 8.165, not the sample std 10.0
+    assert s.iqm == pytest.approx(490.0)  # 3 values: 25% of 3 rounds down to 0 cut at each end
+    assert 480.0 <= s.iqm_ci[0] <= 490.0 <= s.iqm_ci[1] <= 500.0
+
+
+def test_interquartile_mean():
+    assert compare.iqm(np.arange(1, 9)) == pytest.approx(4.5)  # mean of 3, 4, 5, 6
+    assert compare.iqm([0.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(2.0)  # one cut at each end
+    assert compare.iqm([5.0, 1.0, 9.0, 3.0, 7.0, 100.0, -50.0, 4.0]) == pytest.approx(4.75)  # 3, 4, 5, 7
+
+
+def test_iqm_bootstrap_interval():
+    x = np.array([10.0, 12.0, 11.0, 13.0, 9.0, 30.0])
+    lo, hi = compare.group_stats(x, resamples=2000, seed=1).iqm_ci
+    assert x.min() <= lo <= compare.iqm(x) <= hi <= x.max()
+    assert compare.group_stats(x, resamples=2000, seed=1).iqm_ci == (lo, hi)  # seeded: reproducible
+    assert compare.group_stats([-200.0] * 3).iqm_ci == (-200.0, -200.0)  # constant (MountainCar)
+    one = compare.group_stats([7.0])
+    assert (one.mean, one.std, one.iqm) == (7.0, 0.0, 7.0) and np.isnan(one.iqm_ci[0])  # no interval from one
+
+
+def test_probability_of_improvement():
+    # pairs (x, y) with x > y: 3>1, 3>2, 4>1, 4>2, 5>1, 5>2, 5>4 (7) and one tie 4=4 (1/2): 7.5 / 9
+    assert compare.probability_of_improvement([3, 4, 5], [1, 2, 4]) == pytest.approx(7.5 / 9)
+    assert compare.probability_of_improvement([1, 2, 4], [3, 4, 5]) == pytest.approx(1.5 / 9)
+    assert compare.probability_of_improvement([2, 2], [2, 2, 2]) == pytest.approx(0.5)
+    assert compare.probability_of_improvement([10, 11], [1, 2, 3]) == pytest.approx(1.0)
+    p, (lo, hi) = compare.poi_with_ci([3, 4, 5], [1, 2, 4], resamples=1000)
+    assert p == pytest.approx(7.5 / 9) and 0.0 <= lo <= p <= hi <= 1.0
+
+
+def test_curve_helpers():
+    np.testing.assert_allclose(compare.trailing_mean([1.0, 2.0, 3.0, 4.0], 2), [1.0, 1.5, 2.5, 3.5])
+    np.testing.assert_allclose(compare.trailing_mean([1.0, 2.0, 3.0], 100), [1.0, 1.5, 2.0])
+    got = compare.on_grid(np.array([10, 20, 30]), np.array([1.0, 2.0, 3.0]), np.array([0, 10, 15, 30, 40]))
+    np.testing.assert_allclose(got, [np.nan, 1.0, 1.0, 3.0, 3.0])
+    assert compare.parse_run_name("CartPole-v1__noclip__3__1700000000") == ("CartPole-v1", "noclip", 3, 1700000000)
+    assert compare.parse_run_name("ALE/Breakout-v5__default__1__17") == ("ALE/Breakout-v5", "default", 1, 17)
+    assert compare.parse_run_name("not-a-run") is None
+
+
+# ----------------------------------------------------------------------------------------------
+# compare.py: bad input, on synthetic event files
+# ----------------------------------------------------------------------------------------------
+
+
+def write_run(run_dir, returns=(), steps=None, sps_steps=(), seconds_per_step=0.01):
+    """An event file like the scripts write: charts/episodic_return per episode and charts/SPS per update."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    def scalar(tag, value, step):
+        return Event(wall_time=t0 + step * seconds_per_step, step=int(step),
+                     summary=Summary(value=[Summary.Value(tag=tag, simple_value=float(value))]))
+
+    t0 = time.time()
+    writer = EventFileWriter(str(run_dir))
+    steps = np.arange(1, len(returns) + 1) * 10 if steps is None else steps
+    for r, s in zip(returns, steps):
+        writer.add_event(scalar("charts/episodic_return", r, s))
+    for s in sps_steps:
+        writer.add_event(scalar("charts/SPS", 1000, s))
+    writer.close()
+
+
+def run_compare(*args):
+    """compare.main(args) -> (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = compare.main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_compare_missing_or_empty_logdir(tmp_path):
+    rc, _, err = run_compare(tmp_path / "nowhere", "--out", tmp_path / "out")
+    assert rc == 1 and "no such log directory" in err
+    (tmp_path / "empty").mkdir()
+    rc, _, err = run_compare(tmp_path / "empty", "--out", tmp_path / "out")
+    assert rc == 1 and "no TensorBoard event files" in err
+    assert "Traceback" not in err
+
+
+def test_compare_runs_without_episodes(tmp_path):
+    write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[], sps_steps=[512, 1024])
+    rc, _, err = run_compare(tmp_path, "--out", tmp_path / "out")
+    assert rc == 1 and "no charts/episodic_return" in err and "no usable runs" in err
+    # Beside a good run, the empty one is skipped and the rest is reported.
+    write_run(tmp_path / "runs" / "CartPole-v1__default__2__100", returns=[10, 20, 30], sps_steps=[1024])
+    (tmp_path / "runs" / "some-other-dir").mkdir()
+    write_run(tmp_path / "runs" / "some-other-dir", returns=[1])  # not a run name: skipped with a warning
+    (tmp_path / "runs" / "Acrobot-v1__default__1__100").mkdir()
+    (tmp_path / "runs" / "Acrobot-v1__default__1__100" / "events.out.tfevents.1.x").write_bytes(b"\x00garbage" * 8)
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    assert "| CartPole-v1 | default | 1 | 20.00 ± 0.00 |" in out
+    assert "some-other-dir" in err and "Traceback" not in err
+    assert "Acrobot-v1" not in out
+
+
+def test_compare_mismatched_step_grids(tmp_path):
+    rng = np.random.default_rng(0)
+    for seed, n in ((1, 200), (2, 100)):  # seed 2 trained half as long
+        write_run(tmp_path / "runs" / f"CartPole-v1__default__{seed}__100", returns=rng.normal(100, 5, n),
+                  steps=np.arange(1, n + 1) * 50, sps_steps=np.arange(1, n // 10 + 1) * 500)
+    for seed in (1, 2):  # another variant at yet another budget, episodes at other steps
+        write_run(tmp_path / "runs" / f"CartPole-v1__noclip__{seed}__100", returns=rng.normal(50, 5, 150),
+                  steps=np.arange(1, 151) * 37, sps_steps=[5550])
+    out_dir = tmp_path / "out"
+    rc, out, err = run_compare(tmp_path, "--out", out_dir, "--script", "ppo_discrete", "--resamples", "200")
+    assert rc == 0, err
+    assert "different numbers of steps (5000, 10000)" in err
+    assert "the variants trained for different numbers of steps" in err
+    assert "| CartPole-v1 | default | 2 |" in out and "| CartPole-v1 | noclip | 2 |" in out
+    assert "| CartPole-v1 | noclip | 0.00 [0.00, 0.00] | 2 vs 2 |" in out  # 50 never beats 100
+    assert (out_dir / "ppo_discrete_steps.png").stat().st_size > 10_000
+    assert (out_dir / "ppo_discrete_time.png").stat().st_size > 10_000
+
+
+def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
+    write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[1.0])
+    write_run(tmp_path / "runs" / "CartPole-v1__default__1__200", returns=[2.0])  # same seed, newer
+    seed_dir = tmp_path / "sweeps" / "ppo_discrete" / "v" / "CartPole-v1" / "seed1"
+    write_run(seed_dir / "runs" / "CartPole-v1__v__1__100", returns=[3.0])  # no done marker yet
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    assert "appears twice" in err and "| CartPole-v1 | default | 1 | 2.00 ± 0.00 |" in out
+    assert "left out 1 unfinished sweep run" in err and "| v |" not in out
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots", "--include-unfinished")
+    assert "## ppo_discrete" in out and "| CartPole-v1 | v | 1 | 3.00 ± 0.00 |" in out
+    (seed_dir / "done").write_text("")
+    rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0 and "| CartPole-v1 | v | 1 | 3.00 ± 0.00 |" in out and "unfinished" not in err
+    # An env id with a '/' adds a directory level below runs/; the sweep's env directory replaces it by '_'.
+    ale = tmp_path / "sweeps" / "ppo_atari" / "v" / "ALE_Breakout-v5" / "seed3"
+    write_run(ale / "runs" / "ALE" / "Breakout-v5__v__3__100", returns=[4.0, 6.0])
+    (ale / "done").write_text("")
+    rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0 and "## ppo_atari" in out and "| ALE/Breakout-v5 | v | 1 | 5.00 ± 0.00 |" in out
+
+
+# ----------------------------------------------------------------------------------------------
+# sweep.sh, local mode, on tiny real runs
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """CartPole-v1 seeds 1, 2 (they work) and NoSuchEnv-v0 seeds 1, 2 (they fail), two at a time."""
+    out = tmp_path_factory.mktemp("sweeps")
+    args = ["-s", SCRIPT, "-e", "CartPole-v1,NoSuchEnv-v0", "--seeds", "1,2", "-j", "2", "-o", out, "--", *TINY]
+    result = sweep(*args)
+    return {"out": out, "args": args, "result": result, "vdir": out / "ppo_discrete" / "default"}
+
+
+def test_sweep_runs_in_parallel_and_reports_failures(local_sweep):
+    r, vdir = local_sweep["result"], local_sweep["vdir"]
+    assert r.returncode == 1, r.stderr  # some runs failed
+    for seed in (1, 2):
+        d = vdir / "CartPole-v1" / f"seed{seed}"
+        assert (d / "done").exists(), (d / "log.txt").read_text()
+        events = event_files(d)
+        assert len(events) == 1 and events[0].parent.name.startswith(f"CartPole-v1__default__{seed}__")
+        first = (d / "log.txt").read_text().splitlines()[0]  # the exact command, runnable as it is
+        assert first.startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
+        assert f"{SCRIPT} --env-id CartPole-v1 --seed {seed} --exp-name default --no-progress " \
+               "--total-timesteps 1024 --num-envs 2 --num-steps 128" in first
+    # -j 2: the two CartPole runs ran at the same time.
+    (s1, f1), (s2, f2) = (done_info(vdir / "CartPole-v1" / f"seed{s}") for s in (1, 2))
+    assert max(s1, s2) < min(f1, f2)
+    for seed in (1, 2):
+        d = vdir / "NoSuchEnv-v0" / f"seed{seed}"
+        assert not (d / "done").exists()
+        assert "NoSuchEnv" in (d / "log.txt").read_text()
+        assert f"NoSuchEnv-v0 seed {seed}: exit status 2" in r.stderr and str(d / "log.txt") in r.stderr
+    assert "2 finished, 0 skipped (done before), 2 failed" in r.stderr
+
+
+def test_sweep_dry_run(local_sweep):
+    vdir = local_sweep["vdir"]
+    r = sweep(*local_sweep["args"][:-len(TINY) - 1], "--dry-run", "--", *TINY)
+    assert r.returncode == 0, r.stderr
+    assert "# skip (done): CartPole-v1 seed 1" in r.stdout
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert len(lines) == 2 and all("--env-id NoSuchEnv-v0" in line for line in lines)
+    assert lines[0].startswith(f"cd {vdir / 'NoSuchEnv-v0' / 'seed1'} && OMP_NUM_THREADS=1 ")
+    # Nothing ran: the failed runs' logs are untouched.
+    assert "exit status 2" in (vdir / "NoSuchEnv-v0" / "seed1" / "log.txt").read_text()
+
+
+def test_sweep_usage_errors(local_sweep):
+    out = local_sweep["out"]
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-o", out, "--", "--clip-coef", "100")
+    assert r.returncode == 2 and "variant 'default' of ppo_discrete was run with the extra arguments" in r.stderr
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-v", "a__b", "-o", out)
+    assert r.returncode == 2 and "bad --variant" in r.stderr
+    r = sweep("-s", "nope.py", "-e", "CartPole-v1", "-o", out)
+    assert r.returncode == 2 and "no such script" in r.stderr
+    r = sweep("--bogus")
+    assert r.returncode == 2 and "unknown option" in r.stderr
+    r = sweep("--help")
+    assert r.returncode == 0 and "Usage:" in r.stdout and "--slurm-max-parallel" in r.stdout
+
+
+def test_sweep_resume_skips_finished_and_restarts_interrupted(local_sweep):
+    vdir = local_sweep["vdir"]
+    kept = vdir / "CartPole-v1" / "seed1"
+    kept_events, kept_done = event_files(kept), (kept / "done").read_text()
+    # seed 2 looks interrupted: no done marker, a partial run directory left behind.
+    redo = vdir / "CartPole-v1" / "seed2"
+    (redo / "done").unlink()
+    (redo / "runs" / "CartPole-v1__default__2__1").mkdir()
+    (redo / "leftover").write_text("partial")
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-j", "2", "-o", local_sweep["out"], "--", *TINY)
+    assert r.returncode == 0, r.stderr
+    assert "2 runs, 1 already done, 1 to run" in r.stderr
+    assert event_files(kept) == kept_events and (kept / "done").read_text() == kept_done  # not run again
+    assert (redo / "done").exists() and not (redo / "leftover").exists()
+    assert [p.parent.name for p in event_files(redo)] != ["CartPole-v1__default__2__1"]
+    assert len(event_files(redo)) == 1
+    assert "1 finished, 1 skipped (done before), 0 failed" in r.stderr
+    assert len((vdir / "sweeps.log").read_text().splitlines()) == 2
+
+
+@pytest.fixture(scope="module")
+def interrupted_sweep(local_sweep):
+    """Variant `clip100` (--clip-coef 100): stopped with SIGTERM while running, then started again."""
+    out = local_sweep["out"]
+    args = ["-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-j", "2", "-v", "clip100", "-o", out,
+            "--", "--clip-coef", "100", *TINY]
+    vdir = out / "ppo_discrete" / "clip100"
+    proc = subprocess.Popen(["bash", str(SWEEP), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, start_new_session=True, env={**os.environ, "PYTHON": sys.executable})
+    logs = [vdir / "CartPole-v1" / f"seed{s}" / "log.txt" for s in (1, 2)]
+    deadline = time.time() + 60
+    while not all(p.exists() for p in logs) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the training processes are starting (importing torch)
+    proc.send_signal(signal.SIGTERM)
+    _, stopped_err = proc.communicate(timeout=60)
+    leftovers = []  # processes still working in the sweep's run directories
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and str(vdir) in os.readlink(p / "cwd"):
+                leftovers.append(p.name)
+        except OSError:
+            pass
+    info = {"stop_rc": proc.returncode, "stop_err": stopped_err, "leftovers": leftovers,
+            "done_after_stop": [(vdir / "CartPole-v1" / f"seed{s}" / "done").exists() for s in (1, 2)]}
+    info["result"] = sweep(*args)
+    info["vdir"] = vdir
+    return info
+
+
+def test_sweep_interrupted_runs_start_over(interrupted_sweep):
+    info = interrupted_sweep
+    assert info["stop_rc"] == 130, info["stop_err"]
+    assert "stopping" in info["stop_err"]
+    assert info["leftovers"] == []  # the training processes were stopped too
+    assert info["done_after_stop"] == [False, False]
+    r = info["result"]
+    assert r.returncode == 0, r.stderr
+    assert "2 runs, 0 already done, 2 to run" in r.stderr
+    for s in (1, 2):
+        d = info["vdir"] / "CartPole-v1" / f"seed{s}"
+        assert (d / "done").exists() and len(event_files(d)) == 1
+
+
+def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, tmp_path):
+    out_dir = tmp_path / "report"
+    rc, out, err = run_compare(local_sweep["out"], "--out", out_dir, "--resamples", "500")
+    assert rc == 0, err
+    assert "## ppo_discrete" in out
+    rows = [line for line in out.splitlines() if line.startswith("| CartPole-v1 |")]
+    assert rows[0].startswith("| CartPole-v1 | default | 2 |")  # the baseline first
+    assert rows[1].startswith("| CartPole-v1 | clip100 | 2 |")
+    assert all("| 1024 |" in row and "| 490.04 ± 6.12 | 497.54 ± 4.02 |" in row for row in rows[:2])
+    assert "Probability of improvement over `default`" in out
+    assert rows[2].startswith("| CartPole-v1 | clip100 | ") and rows[2].endswith("| 2 vs 2 |")
+    # The figure in the table is the mean over seeds of each run's last-100 mean, read here independently.
+    finals = []
+    for s in (1, 2):
+        run = compare.find_runs([local_sweep["vdir"] / "CartPole-v1" / f"seed{s}"])[0]
+        finals.append(np.mean(run.returns[-100:]))
+    assert f"| {np.mean(finals):.2f} ± {np.std(finals):.2f} |" in rows[0]
+    text = (out_dir / "comparison.md").read_text()
+    assert "![ppo_discrete: return against steps](ppo_discrete_steps.png)" in text
+    for name in ("ppo_discrete_steps.png", "ppo_discrete_time.png"):
+        png = out_dir / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "NoSuchEnv" not in out  # failed runs wrote no events
+
+
+# ----------------------------------------------------------------------------------------------
+# sweep.sh, Slurm mode, on a real single-node Slurm started here
+# ----------------------------------------------------------------------------------------------
+
+SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+SLURM_BINARIES = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout, what, procs=()):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        for name, p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with status {p.returncode} while waiting for {what}")
+        time.sleep(0.3)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+class LocalSlurm:
+    """munged + slurmctld + slurmd on this host, all state in one temporary directory."""
+
+    def __init__(self):
+        # munged wants its socket directory (and the key) readable by it only where it says; mkdtemp is 0700.
+        self.dir = Path(tempfile.mkdtemp(prefix="sweep-slurm-"))
+        self.dir.chmod(0o755)
+        self.procs = []
+        self.env = {"SLURM_CONF": str(self.dir / "slurm.conf"), "PATH": SBIN_PATH}
+
+    def cmd(self, *args, check=True):
+        r = subprocess.run(list(args), capture_output=True, text=True, timeout=30, env={**os.environ, **self.env})
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
+        return r
+
+    def spawn(self, name, *args):
+        log = open(self.dir / f"{name}.out", "w")
+        p = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, **self.env})
+        log.close()
+        self.procs.append((name, p))
+        return p
+
+    def logs(self):
+        text = []
+        for f in sorted(self.dir.glob("*.out")) + sorted((self.dir / "log").glob("*.log")):
+            text.append(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
+        return "\n".join(text)
+
+    def start(self):
+        d = self.dir
+        for sub in ("munge", "state", "spool", "log"):
+            (d / sub).mkdir()
+        (d / "munge").chmod(0o755)
+        key = d / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        sock = d / "munge" / "munge.socket"
+        self.spawn("munged", "munged", "--foreground", f"--socket={sock}", f"--key-file={key}",
+                   f"--log-file={d / 'munge' / 'munged.log'}", f"--pid-file={d / 'munge' / 'munged.pid'}",
+                   f"--seed-file={d / 'munge' / 'munged.seed'}")
+        wait_for(sock.exists, 15, "the munge socket", self.procs)
+        host = socket.gethostname().split(".")[0]
+        ctld_port, d_port = free_port(), free_port()
+        (d / "slurm.conf").write_text(f"""\
+ClusterName=sweeptest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={sock}
+StateSaveLocation={d / 'state'}
+SlurmdSpoolDir={d / 'spool'}
+SlurmctldPidFile={d / 'slurmctld.pid'}
+SlurmdPidFile={d / 'slurmd.pid'}
+SlurmctldLogFile={d / 'log' / 'slurmctld.log'}
+SlurmdLogFile={d / 'log' / 'slurmd.log'}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MinJobAge=600
+KillWait=5
+NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+""")
+        self.spawn("slurmctld", "slurmctld", "-D", "-c", "-f", str(d / "slurm.conf"))
+        wait_for(lambda: self.cmd("scontrol", "ping", check=False).stdout.count("UP") > 0, 30, "slurmctld",
+                 self.procs)
+        self.spawn("slurmd", "slurmd", "-D", "-N", host, "-f", str(d / "slurm.conf"))
+        wait_for(lambda: self.cmd("sinfo", "-h", "-o", "%t", check=False).stdout.strip() == "idle", 30,
+                 "the node to be idle", self.procs)
+
+    def stop(self):
+        if any(name == "slurmctld" and p.poll() is None for name, p in self.procs):
+            self.cmd("scancel", "--user", "root", check=False)
+            try:
+                wait_for(lambda: self.cmd("squeue", "-h", check=False).stdout.strip() == "", 20, "jobs to end")
+            except (TimeoutError, RuntimeError):
+                pass
+        for _, p in reversed(self.procs):  # slurmd, slurmctld, munged: only the processes started here
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def slurm(request):
+    missing = [b for b in SLURM_BINARIES if shutil.which(b, path=SBIN_PATH) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} not found); "
+                    "apt-get install -y slurm-wlm munge provides it")
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm test runs slurmd, which starts jobs, as root")
+    cluster = LocalSlurm()
+    request.addfinalizer(cluster.stop)  # before starting anything: the daemons are stopped even on failure
+    try:
+        cluster.start()
+    except (RuntimeError, TimeoutError) as e:
+        pytest.fail(f"could not start a local Slurm: {e}\n{cluster.logs()}")
+    return cluster
+
+
+def test_sweep_slurm_job_array(slurm, tmp_path):
+    out = tmp_path / "sweeps"
+    args = ["-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-o", out, "--slurm", "--slurm-max-parallel", "2",
+            "--slurm-cpus", "1", "--slurm-time", "00:05:00", "--slurm-output", tmp_path / "slurm-out" / "%A_%a.out",
+            "--", *TINY]
+    r = sweep(*args, env=slurm.env)
+    assert r.returncode == 0, r.stderr + slurm.logs()
+    job_id = r.stdout.strip().splitlines()[-1]
+    assert job_id.isdigit(), r.stdout
+    assert "submitted job array" in r.stderr
+    # While the array is queued or running, the same sweep is not submitted a second time.
+    again = sweep(*args, env=slurm.env)
+    assert again.returncode == 2 and f"job(s) {job_id} of sweep-ppo_discrete-default are still queued" in again.stderr
+    job = slurm.cmd("scontrol", "show", "job", job_id).stdout
+    assert "ArrayTaskThrottle=2" in job and "TimeLimit=00:05:00" in job and "NumCPUs=1" in job
+    try:
+        wait_for(lambda: slurm.cmd("squeue", "-h", "-j", job_id, check=False).stdout.strip() == "", 150,
+                 f"job array {job_id}")
+    except TimeoutError as e:
+        pytest.fail(f"{e}\n{slurm.cmd('squeue', check=False).stdout}\n{slurm.logs()}")
+    states = slurm.cmd("scontrol", "show", "job", job_id).stdout
+    assert states.count("JobState=COMPLETED") == 2, states
+    vdir = out / "ppo_discrete" / "default"
+    for seed, task in ((1, 0), (2, 1)):
+        d = vdir / "CartPole-v1" / f"seed{seed}"
+        task_out = tmp_path / "slurm-out" / f"{job_id}_{task}.out"
+        assert (d / "done").exists(), (d / "log.txt").read_text() + task_out.read_text()
+        assert len(event_files(d)) == 1
+        assert (d / "log.txt").read_text().startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
+        assert f"finished {d}" in task_out.read_text()
+    job_scripts = list((vdir / "slurm").glob("array-*.sh"))
+    assert len(job_scripts) == 1 and "--array 0-1%2" in job_scripts[0].read_text()
+    # Submitting the same sweep again: everything is done, nothing is submitted.
+    r = sweep(*args, env=slurm.env)
+    assert r.returncode == 0 and "nothing to submit" in r.stderr and r.stdout.strip() == ""
+    # The results read like local ones.
+    rc, table, err = run_compare(out, "--out", tmp_path / "report", "--no-plots", "--resamples", "200")
+    assert rc == 0 and "| CartPole-v1 | default | 2 |" in table, err
