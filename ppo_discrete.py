@@ -273,13 +273,13 @@ def load_checkpoint(path, args):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        script = ckpt["script"]
+        script, saved_env_id = ckpt["script"], ckpt["args"]["env_id"]
     except Exception as e:  # a truncated or foreign file can fail in many ways
         fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
-    if args.env_id not in (Args.env_id, ckpt["args"]["env_id"]):
-        fail(f"{path} was trained on {ckpt['args']['env_id']}, not {args.env_id}")
+    if args.env_id not in (Args.env_id, saved_env_id):
+        fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
     return ckpt
 
 
@@ -396,8 +396,8 @@ def main():
                    name=run_name, id=run_name.replace("/", "_"), resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
-    # On resume, purge_step hides anything logged after the checkpoint by the interrupted run.
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step if ckpt else None)
+    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")

@@ -1,0 +1,693 @@
+"""Tests of ppo_discrete.py: the math as pure functions, the network, and tiny end-to-end runs.
+
+End-to-end runs are subprocesses with a fresh temporary directory as cwd (the script writes runs/ and
+videos/ relative to it). Independent runs are started together to keep the file fast on two cores.
+"""
+
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import load_script, only_run_dir, read_scalars, run_script, run_scripts
+
+SCRIPT = "ppo_discrete"
+pd = load_script(SCRIPT)
+
+GAMMA, LAMBDA = 0.99, 0.95
+LR = 2.5e-4  # the script's default learning rate
+# Tiny runs: 2 envs x 64 steps = 128 per rollout, 4 iterations, 4 minibatches of 32.
+TINY = ["--total-timesteps", 512, "--num-envs", 2, "--num-steps", 64]
+BATCH, ITERATIONS = 128, 4
+ITERATION_STEPS = [BATCH * i for i in range(1, ITERATIONS + 1)]  # global_step logged after each update
+
+ALL_TAGS = [
+    "charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
+    "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+    "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
+]
+PER_ITERATION_TAGS = [t for t in ALL_TAGS if not t.startswith("charts/episodic")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny tensors: one intra-op thread is faster, and much faster on a busy two-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def run_main_in_process(args, cwd, monkeypatch, capsys):
+    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
+    which is what would have printed a traceback."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
+                        torch.distributions.Distribution._validate_args)
+    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        pd.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return code, captured.err, captured.out
+
+
+def assert_ok(result):
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+# ----------------------------------------------------------------------------------------------
+# GAE [core-5]
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gae_worked_example():
+    rewards = t([[-1.0], [-1.0], [-1.0]])
+    values = t([[-2.5], [-1.8], [-0.9]])
+    dones = t([[0.0], [0.0], [1.0]])  # the last step is terminal
+    last_value = t([123.0])  # must be ignored: the episode ended on the last step
+    adv, ret = pd.compute_gae(rewards, values, dones, last_value, GAMMA, LAMBDA)
+    assert adv.shape == ret.shape == (3, 1)
+    torch.testing.assert_close(adv[:, 0], t([-0.45604, -0.18505, -0.1]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ret[:, 0], t([-2.95604, -1.98505, -1.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ret, adv + values)
+
+
+def test_gae_episode_boundary_inside_rollout_cuts_bootstrap():
+    # One env, 4 steps; the episode ends at step 1 and a new one runs on past the rollout's end.
+    rewards = t([[1.0], [1.0], [1.0], [1.0]])
+    values = t([[0.5], [0.4], [0.3], [0.2]])
+    dones = t([[0.0], [1.0], [0.0], [0.0]])
+    last_value = t([0.7])
+    adv, ret = pd.compute_gae(rewards, values, dones, last_value, GAMMA, LAMBDA)
+    # By hand (gl = gamma * lambda = 0.9405):
+    # t=3: delta = 1 + 0.99*0.7 - 0.2 = 1.493                        adv = 1.493
+    # t=2: delta = 1 + 0.99*0.2 - 0.3 = 0.898                        adv = 0.898 + 0.9405*1.493 = 2.3021665
+    # t=1: done, so no V(s_2) and no carried advantage: 1 - 0.4 = 0.6 adv = 0.6
+    # t=0: delta = 1 + 0.99*0.4 - 0.5 = 0.896                        adv = 0.896 + 0.9405*0.6 = 1.4603
+    torch.testing.assert_close(adv[:, 0], t([1.4603, 0.6, 2.3021665, 1.493]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ret[:, 0], t([1.9603, 1.0, 2.6021665, 1.693]), atol=1e-5, rtol=0)
+
+
+def test_gae_bootstraps_last_value_when_rollout_ends_mid_episode():
+    rewards, values, dones = t([[0.0], [1.0]]), t([[0.0], [0.5]]), t([[0.0], [0.0]])
+    adv0, _ = pd.compute_gae(rewards, values, dones, t([0.0]), GAMMA, LAMBDA)
+    adv1, _ = pd.compute_gae(rewards, values, dones, t([2.0]), GAMMA, LAMBDA)
+    # t=1: delta = 1 + 0.99*V_last - 0.5 ; t=0: delta = 0 + 0.99*0.5 - 0 = 0.495, adv = 0.495 + 0.9405*adv_1
+    torch.testing.assert_close(adv0[:, 0], t([0.495 + 0.9405 * 0.5, 0.5]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(adv1[:, 0], t([0.495 + 0.9405 * 2.48, 2.48]), atol=1e-6, rtol=0)
+    # ... and when the last step is done, last_value changes nothing.
+    dones_end = t([[0.0], [1.0]])
+    a, _ = pd.compute_gae(rewards, values, dones_end, t([0.0]), GAMMA, LAMBDA)
+    b, _ = pd.compute_gae(rewards, values, dones_end, t([50.0]), GAMMA, LAMBDA)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def _gae_reference(rewards, values, dones, last_value, gamma, lam):
+    """Forward definition: A_t = sum_k (gamma*lam)^k delta_{t+k}, stopping after the step that ends the episode."""
+    steps, envs = rewards.shape
+    next_values = np.concatenate([values[1:], last_value[None]], axis=0)
+    deltas = rewards + gamma * next_values * (1 - dones) - values
+    adv = np.zeros_like(rewards)
+    for e in range(envs):
+        for s in range(steps):
+            total, discount = 0.0, 1.0
+            for k in range(s, steps):
+                total += discount * deltas[k, e]
+                if dones[k, e]:
+                    break
+                discount *= gamma * lam
+            adv[s, e] = total
+    return adv
+
+
+def test_gae_matches_forward_definition_on_several_envs():
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(7, 3))
+    values = rng.normal(size=(7, 3))
+    dones = np.zeros((7, 3))
+    dones[2, 0] = dones[5, 0] = 1  # two episodes end inside env 0's rollout
+    dones[6, 1] = 1  # env 1 ends on the last step; env 2 never ends
+    last_value = rng.normal(size=3)
+    adv, ret = pd.compute_gae(t(rewards), t(values), t(dones), t(last_value), GAMMA, LAMBDA)
+    expected = _gae_reference(rewards, values, dones, last_value, GAMMA, LAMBDA)
+    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Truncation
+# ----------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_truncated_adds_discounted_final_value_only_where_truncated():
+    # The script calls it with numpy arrays straight from the vector env: float64 rewards, bool mask.
+    rewards = np.array([1.0, 1.0, 1.0])
+    truncated = np.array([False, True, False])
+    final_values = np.array([0.0, 6.0, 0.0])
+    out = pd.bootstrap_truncated(rewards, truncated, final_values, GAMMA)
+    np.testing.assert_allclose(out, [1.0, 1.0 + 0.99 * 6.0, 1.0], rtol=0, atol=1e-12)
+    # A non-zero final value where the mask is off must not leak in.
+    out = pd.bootstrap_truncated(rewards, truncated, np.array([5.0, 6.0, 7.0]), GAMMA)
+    np.testing.assert_allclose(out, [1.0, 1.0 + 0.99 * 6.0, 1.0], rtol=0, atol=1e-12)
+    # Works on tensors too.
+    out = pd.bootstrap_truncated(t([0.5, 2.0]), t([1.0, 0.0]), t([-4.0, 9.0]), 0.9)
+    torch.testing.assert_close(out, t([0.5 - 3.6, 2.0]))
+
+
+def test_truncated_step_target_includes_final_value_terminated_does_not():
+    # One step, two envs: env 0 hits the time limit, env 1 really terminates. Both are "done" for GAE.
+    reward = np.array([1.0, 1.0])
+    truncated = np.array([True, False])
+    final_values = np.array([3.0, 0.0])  # V(final obs) is only computed where truncated
+    boot = pd.bootstrap_truncated(reward, truncated, final_values, GAMMA)
+    rewards = t(boot[None])
+    values = t([[0.5, 0.5]])
+    dones = t([[1.0, 1.0]])
+    adv, ret = pd.compute_gae(rewards, values, dones, t([100.0, 100.0]), GAMMA, LAMBDA)
+    torch.testing.assert_close(ret[0], t([1.0 + 0.99 * 3.0, 1.0]))
+    torch.testing.assert_close(adv[0], t([1.0 + 0.99 * 3.0 - 0.5, 0.5]))
+
+
+@pytest.fixture
+def short_time_limit_env():
+    env_id = "CartPoleTenStepLimit-v0"
+    gym.register(id=env_id, entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=10)
+    yield env_id
+    gym.envs.registry.pop(env_id, None)
+
+
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_training_loop_bootstraps_truncations_with_final_obs(bootstrap, short_time_limit_env, tmp_path, monkeypatch,
+                                                             capsys):
+    """Run main() in-process on CartPole with a 10-step time limit and watch what reaches the math."""
+    agents, infos, truncations, ends, boot_calls, gae_calls = [], [], [], [], [], []
+    real_bootstrap, real_gae = pd.bootstrap_truncated, pd.compute_gae
+
+    class RecordingAgent(pd.Agent):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            agents.append(self)
+
+    base_stats = gym.wrappers.vector.RecordEpisodeStatistics
+
+    class RecordingStats(base_stats):
+        def step(self, actions):
+            result = super().step(actions)
+            _, _, terminated, truncated, info = result
+            infos.append(info)
+            truncations.append(truncated & ~terminated)
+            ends.append(terminated | truncated)
+            return result
+
+    def spy_bootstrap(rewards, truncated, final_values, gamma):
+        info = infos[-1]
+        final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), dtype=torch.float32)
+        with torch.inference_mode():
+            expected = agents[-1].get_value(final_obs).numpy()
+        boot_calls.append((rewards.copy(), truncated.copy(), np.array(final_values, copy=True), expected))
+        return real_bootstrap(rewards, truncated, final_values, gamma)
+
+    def spy_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+        gae_calls.append((rewards.clone(), dones.clone()))
+        return real_gae(rewards, values, dones, last_value, gamma, gae_lambda)
+
+    # main() looks these names up in its module globals at call time.
+    monkeypatch.setattr(pd, "Agent", RecordingAgent)
+    monkeypatch.setattr(pd, "bootstrap_truncated", spy_bootstrap)
+    monkeypatch.setattr(pd, "compute_gae", spy_gae)
+    monkeypatch.setattr(gym.wrappers.vector, "RecordEpisodeStatistics", RecordingStats)
+    flag = "--bootstrap-truncation" if bootstrap else "--no-bootstrap-truncation"
+    argv = ["--env-id", short_time_limit_env, "--total-timesteps", 256, "--num-envs", 2, "--num-steps", 128,
+            "--no-progress", flag]
+    code, err, _ = run_main_in_process(argv, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+
+    assert len(gae_calls) == 1
+    rewards, dones = gae_calls[0]
+    n_truncated = sum(int(mask.sum()) for mask in truncations)
+    # Every episode lasts at most 10 steps: in 2 x 128 steps at least 24 episodes end, most by the time limit.
+    assert int(dones.sum()) == sum(int(e.sum()) for e in ends) >= 24
+    assert n_truncated >= 12
+    if not bootstrap:
+        assert boot_calls == []
+        assert torch.all(rewards == 1.0)  # truncations treated as terminations: raw CartPole rewards
+        return
+
+    assert boot_calls, "no truncation was bootstrapped"
+    boosted = 0
+    for raw, truncated, final_values, expected in boot_calls:
+        assert np.all(final_values[~truncated] == 0)
+        # V(final obs) of the agent as it is during the rollout, on info["final_obs"], not on the reset obs.
+        np.testing.assert_allclose(final_values[truncated], expected, rtol=0, atol=1e-6)
+        boosted += int(truncated.sum())
+    assert boosted == n_truncated
+    # What reaches GAE: exactly the truncated steps carry 1 + gamma * V(final obs), and they are done.
+    changed = rewards != 1.0
+    assert int(changed.sum()) == n_truncated
+    assert torch.all(dones[changed] == 1.0)
+    got = np.sort(rewards[changed].numpy())
+    want = np.sort(np.concatenate([1.0 + GAMMA * e for *_, e in boot_calls]).astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Losses [core-8, core-9]
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ratio, adv, objective, grad", [
+    (1.5, 2.0, 2.4, 0.0),
+    (0.7, -1.0, -0.8, 0.0),
+    (1.3, 0.5, 0.6, 0.0),
+    (0.9, -2.0, -1.8, -2.0),
+])
+def test_clipped_surrogate_worked_examples(ratio, adv, objective, grad):
+    r = torch.tensor([ratio], dtype=torch.float32, requires_grad=True)
+    out = pd.clipped_surrogate(r, torch.tensor([adv]), 0.2)
+    assert out.item() == pytest.approx(objective, abs=1e-6)
+    out.sum().backward()
+    if grad == 0.0:
+        assert r.grad.item() == 0.0  # exactly zero, not just small
+    else:
+        assert r.grad.item() == pytest.approx(grad, abs=1e-6)
+
+
+def test_clipped_surrogate_batch_gradients():
+    r = torch.tensor([1.5, 0.7, 1.3, 0.9, 1.1], requires_grad=True)
+    a = torch.tensor([2.0, -1.0, 0.5, -2.0, 3.0])
+    out = pd.clipped_surrogate(r, a, 0.2)
+    torch.testing.assert_close(out.detach(), t([2.4, -0.8, 0.6, -1.8, 3.3]))
+    out.sum().backward()
+    assert r.grad.tolist() == [0.0, 0.0, 0.0, -2.0, 3.0]
+
+
+def test_value_loss_clipped_and_unclipped_on_hand_numbers():
+    new = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    old = t([0.5, 2.1, 2.5])
+    returns = t([2.0, 1.0, 2.0])
+    # Unclipped: squared errors 1, 1, 1 -> 0.5 * mean = 0.5
+    assert pd.value_loss(new, old, returns, 0.2, clip=False).item() == pytest.approx(0.5, abs=1e-6)
+    # Clipped values: 0.5+0.2=0.7 -> 1.69; 2.1-0.1=2.0 -> 1; 2.5+0.2=2.7 -> 0.49 (the plain 1 wins).
+    # max: 1.69, 1, 1 -> 0.5 * 3.69 / 3 = 0.615
+    loss = pd.value_loss(new, old, returns, 0.2, clip=True)
+    assert loss.item() == pytest.approx(0.615, abs=1e-6)
+    loss.backward()
+    # Sample 0 is decided by the clipped term, which is constant in new[0]: no gradient.
+    # Samples 1 and 2 by the plain term: d/dnew 0.5/3 * (new - ret)^2 = (new - ret) / 3.
+    torch.testing.assert_close(new.grad, t([0.0, 1.0 / 3, 1.0 / 3]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalisation and diagnostics [core-7, core-12]
+# ----------------------------------------------------------------------------------------------
+
+
+def test_normalize_gives_zero_mean_unit_std():
+    x = torch.tensor([1.0, 2.0, 3.0, 10.0, -4.0]) * 7.0 + 3.0
+    y = pd.normalize(x)
+    assert abs(y.mean().item()) < 1e-6
+    assert y.std().item() == pytest.approx(1.0, abs=1e-6)
+    # A monotone map: the order is kept.
+    assert torch.equal(torch.argsort(y), torch.argsort(x))
+
+
+def test_explained_variance():
+    rng = np.random.default_rng(1)
+    target = rng.normal(size=100)
+    assert pd.explained_variance(target.copy(), target) == pytest.approx(1.0, abs=1e-12)
+    assert pd.explained_variance(np.full(100, target.mean()), target) == pytest.approx(0.0, abs=1e-12)
+    assert pd.explained_variance(target + 1.0, target) == pytest.approx(1.0, abs=1e-12)  # constant offset
+    assert pd.explained_variance(np.zeros(100), target) < 1.0
+    assert math.isnan(pd.explained_variance(rng.normal(size=10), np.full(10, 3.0)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Network and initialisation [core-2, core-13]
+# ----------------------------------------------------------------------------------------------
+
+
+def assert_orthogonal_with_gain(weight, gain):
+    w = weight.detach().double()
+    gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+    expected = gain ** 2 * torch.eye(gram.shape[0], dtype=torch.float64)
+    torch.testing.assert_close(gram, expected, atol=1e-5 * max(gain ** 2, 1e-2), rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2), (64, 1)])
+@pytest.mark.parametrize("gain", [np.sqrt(2), 1.0, 0.01])
+def test_layer_init_orthogonal_gain_and_zero_bias(shape, gain):
+    layer = pd.layer_init(nn.Linear(*shape), gain)
+    assert_orthogonal_with_gain(layer.weight, gain)
+    assert torch.all(layer.bias == 0)
+
+
+def test_layer_init_default_gain_is_sqrt2():
+    assert_orthogonal_with_gain(pd.layer_init(nn.Linear(8, 64)).weight, np.sqrt(2))
+
+
+@pytest.mark.parametrize("obs_size, n_actions", [(4, 2), (6, 3)])
+def test_agent_initialisation(obs_size, n_actions):
+    torch.manual_seed(0)
+    agent = pd.Agent(obs_size, n_actions)
+    for net, out_size, out_gain in [(agent.critic, 1, 1.0), (agent.actor, n_actions, 0.01)]:
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        assert [(lin.in_features, lin.out_features) for lin in linears] == [(obs_size, 64), (64, 64), (64, out_size)]
+        assert sum(isinstance(m, nn.Tanh) for m in net) == 2
+        for lin, gain in zip(linears, [np.sqrt(2), np.sqrt(2), out_gain]):
+            assert_orthogonal_with_gain(lin.weight, gain)
+            assert torch.all(lin.bias == 0)
+    # Separate networks: no parameter is shared between policy and value.
+    assert not {id(p) for p in agent.actor.parameters()} & {id(p) for p in agent.critic.parameters()}
+    # Policy gain 0.01: near-uniform action probabilities at the start.
+    probs = torch.softmax(agent.actor(torch.randn(32, obs_size)), -1)
+    torch.testing.assert_close(probs, torch.full_like(probs, 1.0 / n_actions), atol=0.02, rtol=0)
+
+
+def test_first_minibatch_ratio_is_one_and_clipfrac_zero():
+    """Rollout as the script does it (one batch of num_envs at a time, under inference_mode), then the
+    first shuffled minibatch of the first epoch, recomputed with gradients, before any update."""
+    torch.manual_seed(3)
+    num_steps, num_envs, obs_size = 32, 4, 4
+    agent = pd.Agent(obs_size, 2)
+    obs = torch.randn(num_steps, num_envs, obs_size)
+    actions = torch.zeros(num_steps, num_envs, dtype=torch.long)
+    logprobs = torch.zeros(num_steps, num_envs)
+    for s in range(num_steps):
+        with torch.inference_mode():
+            a, lp, _, _ = agent.get_action_and_value(obs[s])
+        actions[s], logprobs[s] = a, lp
+    assert len(actions.unique()) == 2  # both actions sampled
+    b_obs, b_actions, b_logprobs = obs.reshape(-1, obs_size), actions.reshape(-1), logprobs.reshape(-1)
+    mb = torch.randperm(num_steps * num_envs)[: num_steps * num_envs // 4]
+    _, new_logprob, entropy, _ = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+    ratio = (new_logprob - b_logprobs[mb]).exp()
+    assert ratio.requires_grad
+    assert torch.all((ratio - 1).abs() <= 1e-6), ratio
+    clipfrac = ((ratio - 1.0).abs() > 0.2).float().mean().item()
+    assert clipfrac == 0.0
+    approx_kl = ((ratio - 1) - (new_logprob - b_logprobs[mb])).mean().item()
+    assert abs(approx_kl) < 1e-6
+    assert torch.all(entropy > 0)
+
+
+def test_agent_act_greedy_is_argmax():
+    torch.manual_seed(0)
+    agent = pd.Agent(4, 3)
+    x = torch.randn(16, 4)
+    assert torch.equal(agent.act(x, greedy=True), agent.actor(x).argmax(-1))
+    sampled = agent.act(x, greedy=False)
+    assert sampled.shape == (16,) and sampled.min() >= 0 and sampled.max() < 3
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end: independent tiny runs, started together
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    jobs = {
+        "base": ["--seed", 1, *TINY, "--save-model"],
+        # Same seed and settings; only checkpointing differs (it must not touch the random streams).
+        # Iteration 3 of 4 leaves a mid-way checkpoint, as if the run had been killed during iteration 4.
+        "repeat": ["--seed", 1, *TINY, "--checkpoint-every", 3],
+        "seed2": ["--seed", 2, *TINY],
+        "no_bootstrap_video": ["--seed", 1, *TINY, "--no-bootstrap-truncation", "--capture-video"],
+    }
+    cwds = {name: tmp_path_factory.mktemp(name) for name in jobs}
+    results = run_scripts([(SCRIPT, args, cwds[name]) for name, args in jobs.items()], max_workers=4)
+    return {name: (result, cwds[name]) for name, result in zip(jobs, results)}
+
+
+@pytest.fixture(scope="module")
+def base(runs):
+    result, cwd = runs["base"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    return {"cwd": cwd, "run_dir": run_dir, "checkpoint": run_dir / "checkpoint.pt", "result": result,
+            "scalars": read_scalars(run_dir)}
+
+
+def test_run_writes_every_tensorboard_tag(base):
+    scalars = base["scalars"]
+    missing = [tag for tag in ALL_TAGS if tag not in scalars]
+    assert not missing, f"missing tags {missing}; have {sorted(scalars)}"
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in scalars[tag]] == ITERATION_STEPS, tag
+        assert all(math.isfinite(v) for _, v in scalars[tag]), tag
+    returns, lengths = scalars["charts/episodic_return"], scalars["charts/episodic_length"]
+    assert len(returns) >= 8  # a random CartPole policy ends an episode every ~20 steps
+    assert [s for s, _ in returns] == [s for s, _ in lengths]
+    assert all(0 < s <= ITERATION_STEPS[-1] for s, _ in returns)
+    # CartPole pays 1 per step: the logged return is the episode length (raw rewards, not bootstrapped ones).
+    assert [v for _, v in returns] == [v for _, v in lengths]
+    assert all(v >= 1 and v == int(v) for _, v in lengths)
+    assert all(v > 0 for _, v in scalars["charts/SPS"])
+    assert all(0.0 <= v <= 1.0 for _, v in scalars["losses/clipfrac"])
+    assert all(v >= 0.0 for _, v in scalars["losses/approx_kl"])
+    assert all(0.0 < v <= math.log(2) + 1e-6 for _, v in scalars["losses/entropy"])
+    assert all(v <= 1.0 for _, v in scalars["losses/explained_variance"])
+    assert "checkpoint saved to" in base["result"].stdout
+
+
+def test_learning_rate_anneals_linearly(base):
+    lrs = base["scalars"]["charts/learning_rate"]
+    expected = [LR * (1 - (i - 1) / ITERATIONS) for i in range(1, ITERATIONS + 1)]  # 2.5e-4, 1.875e-4, ...
+    assert [s for s, _ in lrs] == ITERATION_STEPS
+    np.testing.assert_allclose([v for _, v in lrs], expected, rtol=1e-6)
+    np.testing.assert_allclose(np.diff([v for _, v in lrs]), -LR / ITERATIONS, rtol=1e-5)
+
+
+def test_checkpoint_contents_and_adam_epsilon(base):
+    ckpt = torch.load(base["checkpoint"], map_location="cpu", weights_only=True)
+    assert ckpt["script"] == SCRIPT
+    assert ckpt["run_name"] == base["run_dir"].name
+    assert ckpt["global_step"] == ITERATION_STEPS[-1] and ckpt["iteration"] == ITERATIONS
+    assert ckpt["args"]["env_id"] == "CartPole-v1" and ckpt["args"]["num_envs"] == 2
+    assert ckpt["args"]["bootstrap_truncation"] is True
+    assert ckpt["optimizer"]["param_groups"][0]["eps"] == 1e-5  # [core-3], not torch's 1e-8
+    agent = pd.Agent(4, 2)
+    agent.load_state_dict(ckpt["model"])  # the saved model fits the script's network
+    assert not (base["run_dir"] / "checkpoint.pt.tmp").exists()
+
+
+def test_checkpoint_every_writes_mid_run_checkpoint(runs):
+    result, cwd = runs["repeat"]
+    assert_ok(result)
+    ckpt = torch.load(only_run_dir(cwd) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == 3 and ckpt["global_step"] == 3 * BATCH  # 4 iterations, every 3rd saved
+    assert "checkpoint saved to" not in result.stdout  # no --save-model: no final checkpoint
+
+
+def test_same_seed_same_curve_other_seed_other_curve(base, runs):
+    repeat, seed2 = runs["repeat"], runs["seed2"]
+    assert_ok(repeat[0])
+    assert_ok(seed2[0])
+    a = base["scalars"]
+    b = read_scalars(only_run_dir(repeat[1]))
+    c = read_scalars(only_run_dir(seed2[1]))
+    assert a["charts/episodic_return"] == b["charts/episodic_return"]  # values and steps
+    assert a["losses/value_loss"] == b["losses/value_loss"]
+    assert a["charts/episodic_return"] != c["charts/episodic_return"]
+
+
+def test_no_bootstrap_truncation_flag_and_capture_video(base, runs):
+    result, cwd = runs["no_bootstrap_video"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    scalars = read_scalars(run_dir)
+    assert set(ALL_TAGS) <= set(scalars)
+    # CartPole-v1 truncates only at 500 steps, which a tiny run never reaches: the flag changes nothing here,
+    # and neither does rendering env 0.
+    assert scalars["charts/episodic_return"] == base["scalars"]["charts/episodic_return"]
+    videos = list((cwd / "videos").rglob("*.mp4"))
+    assert videos, f"no mp4 under {cwd / 'videos'}"
+    assert all(v.stat().st_size > 0 for v in videos)
+    assert {v.parent.name for v in videos} == {run_dir.name}
+
+
+# ----------------------------------------------------------------------------------------------
+# Save -> evaluate -> resume
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def followups(base, runs, bad_cases, tmp_path_factory):
+    """Every run that needs a checkpoint of the first batch, started together: evaluation (greedy and sampled),
+    resuming a finished run, resuming a crafted mid-run checkpoint, and the bad-input cases run as processes."""
+    jobs = {
+        "eval_greedy": ["--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3],
+        "eval_sampled": ["--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3, "--no-eval-greedy"],
+        "resume_finished": ["--resume", base["checkpoint"]],
+    }
+    cwds = {name: tmp_path_factory.mktemp(name) for name in jobs}
+
+    # The mid-way checkpoint of the `repeat` run, moved back to iteration 1 (global step 128), resumed in a
+    # copy of that run's directory: iterations 2-4 are trained again.
+    result, src = runs["repeat"]
+    assert_ok(result)
+    cwd = cwds["crafted_resume"] = tmp_path_factory.mktemp("crafted_resume")
+    shutil.copytree(src / "runs", cwd / "runs")
+    run_dir = only_run_dir(cwd)
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, BATCH
+    crafted = cwd / "crafted.pt"
+    torch.save(ckpt, crafted)
+    events_before = set(run_dir.glob("events.out.tfevents.*"))
+    jobs["crafted_resume"] = ["--resume", crafted, "--save-model"]
+
+    for name in SUBPROCESS_CASES:
+        jobs[f"bad:{name}"] = bad_cases[name][0]
+        cwds[f"bad:{name}"] = tmp_path_factory.mktemp(name)
+
+    results = run_scripts([(SCRIPT, args, cwds[name]) for name, args in jobs.items()], max_workers=4)
+    out = {name: (result, cwds[name]) for name, result in zip(jobs, results)}
+    out["crafted_resume_info"] = {"run_dir": run_dir,
+                                  "new_files": sorted(set(run_dir.glob("events.out.tfevents.*")) - events_before)}
+    return out
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_evaluate_checkpoint(followups, greedy):
+    result, cwd = followups["eval_greedy" if greedy else "eval_sampled"]
+    assert_ok(result)
+    lines = [line for line in result.stdout.splitlines() if "+-" in line]
+    assert len(lines) == 1, result.stdout
+    match = re.search(r"(-?[\d.]+) \+- ([\d.]+) over 3 episodes", lines[0])
+    assert match, lines[0]
+    mean, std = float(match[1]), float(match[2])
+    assert 1.0 <= mean <= 500.0 and 0.0 <= std <= 250.0
+    assert ("(greedy)" if greedy else "(sampled)") in lines[0]
+    assert not (cwd / "runs").exists()  # evaluation does not start a run
+
+
+def test_resume_finished_run_exits_cleanly(base, followups):
+    result, cwd = followups["resume_finished"]
+    assert_ok(result)
+    # It continues the same run (same name), with nothing left to train.
+    run_dir = only_run_dir(cwd)
+    assert run_dir.name == base["run_dir"].name
+    assert not any(tag in read_scalars(run_dir) for tag in PER_ITERATION_TAGS)
+
+
+@pytest.fixture(scope="module")
+def crafted_resume(followups):
+    result, cwd = followups["crafted_resume"]
+    return {"result": result, "cwd": cwd, **followups["crafted_resume_info"]}
+
+
+def test_resume_continues_steps_and_learning_rate_schedule(crafted_resume):
+    assert_ok(crafted_resume["result"])
+    assert only_run_dir(crafted_resume["cwd"]) == crafted_resume["run_dir"]  # same run, no new one
+    assert len(crafted_resume["new_files"]) == 1
+    own = read_scalars(crafted_resume["new_files"][0])  # only what the resumed process logged
+    # Iterations 2, 3, 4 at global steps continuing from the checkpoint's 128 (not restarting from 0).
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in own[tag]] == ITERATION_STEPS[1:], tag
+    np.testing.assert_allclose([v for _, v in own["charts/learning_rate"]],
+                               [LR * (1 - i / ITERATIONS) for i in (1, 2, 3)], rtol=1e-6)
+    assert all(BATCH < s <= ITERATION_STEPS[-1] for s, _ in own.get("charts/episodic_return", []))
+    final = torch.load(crafted_resume["run_dir"] / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert final["iteration"] == ITERATIONS and final["global_step"] == ITERATION_STEPS[-1]
+    assert final["run_name"] == crafted_resume["run_dir"].name
+
+
+def test_resume_keeps_the_logs_of_the_checkpointed_iteration(crafted_resume):
+    assert_ok(crafted_resume["result"])
+    merged = read_scalars(crafted_resume["run_dir"])
+    # Old process: 128 (before the checkpoint), 256, 384, 512 (after it: hidden); resumed: 256, 384, 512.
+    assert [s for s, _ in merged["charts/learning_rate"]] == ITERATION_STEPS
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: one "error:" line, no traceback, no runs/ left behind
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bad_cases(base, tmp_path_factory):
+    files = tmp_path_factory.mktemp("bad_files")
+    missing = files / "does_not_exist.pt"
+    corrupt = files / "corrupt.pt"
+    corrupt.write_bytes(np.random.default_rng(0).bytes(4096))
+    foreign = files / "foreign.pt"
+    torch.save({"script": "ppo_continuous", "args": {"env_id": "Pendulum-v1", "seed": 1}, "model": {}}, foreign)
+    incomplete = files / "incomplete.pt"
+    torch.save({"script": SCRIPT}, incomplete)
+    real = base["checkpoint"]
+    # name: (arguments, words the error line must contain). TINY keeps a case that wrongly passes short.
+    return {
+        "continuous_env": (["--env-id", "Pendulum-v1", *TINY], ["Pendulum-v1", "ppo_continuous.py"]),
+        "unknown_env": (["--env-id", "NoSuchEnv-v9", *TINY], ["NoSuchEnv-v9"]),
+        "minibatches_do_not_divide": (["--num-envs", 3, "--num-steps", 5, "--num-minibatches", 4], ["minibatch"]),
+        "total_below_one_rollout": (["--total-timesteps", 100, "--num-envs", 2, "--num-steps", 128],
+                                    ["--total-timesteps"]),
+        "missing_checkpoint_resume": (["--resume", missing], ["not found"]),
+        "missing_checkpoint_eval": (["--eval-checkpoint", missing], ["not found"]),
+        "corrupt_checkpoint_resume": (["--resume", corrupt], ["cannot read"]),
+        "corrupt_checkpoint_eval": (["--eval-checkpoint", corrupt], ["cannot read"]),
+        "foreign_checkpoint_resume": (["--resume", foreign], ["ppo_continuous.py"]),
+        "foreign_checkpoint_eval": (["--eval-checkpoint", foreign], ["ppo_continuous.py"]),
+        "other_env_resume": (["--resume", real, "--env-id", "Acrobot-v1"], ["CartPole-v1", "Acrobot-v1"]),
+        "other_env_eval": (["--eval-checkpoint", real, "--env-id", "Acrobot-v1"], ["CartPole-v1", "Acrobot-v1"]),
+        "changed_hyperparameter": (["--resume", real, "--learning-rate", 0.1], ["--learning-rate", "0.1"]),
+        "incomplete_checkpoint": (["--resume", incomplete], []),
+    }
+
+
+def check_bad_input(returncode, stderr, stdout, cwd, must_mention):
+    out = f"exit {returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    assert returncode not in (0, None), out
+    assert "Traceback" not in stderr + stdout, out
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), out
+    for word in must_mention:
+        assert word in lines[0], out
+    assert not (Path(cwd) / "runs").exists(), out
+
+
+BAD_CASES = [
+    "continuous_env", "unknown_env", "minibatches_do_not_divide", "total_below_one_rollout",
+    "missing_checkpoint_resume", "missing_checkpoint_eval", "corrupt_checkpoint_resume", "corrupt_checkpoint_eval",
+    "foreign_checkpoint_resume", "foreign_checkpoint_eval", "other_env_resume", "other_env_eval",
+    "changed_hyperparameter",
+]
+# The same checks through a real process (exit status, stderr) for one case of each kind: env, checkpoint, resume.
+SUBPROCESS_CASES = ["continuous_env", "corrupt_checkpoint_eval", "changed_hyperparameter"]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_bad_input_subprocess_exits_with_one_error_line(bad_cases, followups, case):
+    result, cwd = followups[f"bad:{case}"]
+    check_bad_input(result.returncode, result.stderr, result.stdout, cwd, bad_cases[case][1])
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_fails_with_one_error_line(bad_cases, case, tmp_path, monkeypatch, capsys):
+    args, must_mention = bad_cases[case]
+    code, err, out = run_main_in_process(args, tmp_path, monkeypatch, capsys)
+    check_bad_input(code, err, out, tmp_path, must_mention)
+
+
+def test_checkpoint_missing_keys_fails_with_one_error_line(bad_cases, tmp_path, monkeypatch, capsys):
+    args, must_mention = bad_cases["incomplete_checkpoint"]
+    code, err, out = run_main_in_process(args, tmp_path, monkeypatch, capsys)
+    check_bad_input(code, err, out, tmp_path, must_mention)
