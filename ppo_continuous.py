@@ -307,6 +307,12 @@ def check_env(env_id):
     return obs_space.shape[0], act_space.shape[0]
 
 
+def flags_given():
+    """Names of the Args fields set on the command line (--no-x counts as x), to tell them from defaults."""
+    names = {a[2:].split("=")[0].replace("-", "_") for a in sys.argv[1:] if a.startswith("--")}
+    return names | {n[3:] for n in names if n.startswith("no_")}
+
+
 def check_args(args):
     batch_size = args.num_envs * args.num_steps
     if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
@@ -331,7 +337,7 @@ def load_checkpoint(path, args):
         fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
-    if args.env_id not in (Args.env_id, saved_env_id):
+    if "env_id" in flags_given() and args.env_id != saved_env_id:
         fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
     return ckpt
 
@@ -416,11 +422,10 @@ def main():
         return
 
     if ckpt is not None:
-        given = asdict(args)
         for name in HYPERPARAMETERS:
-            default, saved = getattr(Args, name), ckpt["args"][name]
-            if given[name] not in (default, saved):
-                fail(f"--{name.replace('_', '-')} {given[name]} differs from the checkpoint's {saved}; "
+            saved = ckpt["args"][name]
+            if name in flags_given() and getattr(args, name) != saved:
+                fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
                      "a resumed run keeps its hyperparameters")
             setattr(args, name, saved)
         run_name = ckpt["run_name"]
