@@ -1,0 +1,726 @@
+"""PPO for Atari games from pixels (BreakoutNoFrameskip-v4, PongNoFrameskip-v4, ALE/Breakout-v5, ...).
+
+One file, read top to bottom: settings, the math as small pure functions, the Atari preprocessing (one small
+wrapper per detail), the network, the environment, checkpoints, then the training loop in `main()`. Tags like
+`[core-5]` and `[atari-3]` name the implementation details of Huang et al., "The 37 Implementation Details of
+PPO" (2022); search for them.
+
+Every ALE id is made with frameskip=1 so that the wrappers here do the skipping (4 frames, max of the last two),
+and keeps its own sticky-action default (NoFrameskip-v4: 0, ALE/*-v5: 0.25) unless --repeat-action-probability.
+charts/episodic_return is the real game score: a whole game, all lives, unclipped rewards.
+
+    python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
+    python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env, same details, faster
+    python ppo_atari.py --help
+"""
+
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, Optional
+
+import ale_py
+import cv2
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.distributions import Categorical
+
+gym.register_envs(ale_py)
+SCRIPT = "ppo_atari"
+NOOP_MAX, FRAME_SKIP, SCREEN_SIZE, FRAME_STACK = 30, 4, 84, 4
+
+
+@dataclass
+class Args:
+    # --- experiment ---
+    exp_name: str = SCRIPT
+    """name of this experiment, part of the run name"""
+    seed: int = 1
+    """seed of the run: same seed on CPU, same curve (on either env path)"""
+    torch_deterministic: bool = True
+    """make cuDNN deterministic (only matters with --cuda)"""
+    cuda: bool = True
+    """train on the GPU if there is one (falls back to the CPU)"""
+    threads: int = 1
+    """torch CPU threads; one avoids contention with the env and other runs (on a busy 2-core machine the
+    CNN's update ran ~6x faster with one thread than with two)"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project_name: str = "ppo-reference"
+    """the wandb project"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """record mp4s of env 0's whole games under videos/{run_name} (needs --env-path wrappers)"""
+    progress: bool = True
+    """show a progress line (only when stdout is a terminal)"""
+
+    # --- checkpoints and evaluation ---
+    save_model: bool = False
+    """write runs/{run_name}/checkpoint.pt at the end of training"""
+    checkpoint_every: int = 0
+    """also write it every N iterations (0: never)"""
+    resume: Optional[str] = None
+    """continue training from this checkpoint (hyperparameters come from the checkpoint)"""
+    eval_checkpoint: Optional[str] = None
+    """evaluate this checkpoint instead of training, and print mean +- std of the game scores"""
+    eval_episodes: int = 10
+    """whole games (all lives) to play in evaluation"""
+    eval_greedy: bool = True
+    """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
+
+    # --- algorithm ---
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
+    env_path: Literal["wrappers", "ale-vector"] = "wrappers"
+    """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
+    vector env configured with the same details (faster; see make_ale_vector_env for what differs)"""
+    repeat_action_probability: Optional[float] = None
+    """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
+    0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
+    total_timesteps: int = 10_000_000
+    """total agent steps across all envs (one step is 4 frames)"""
+    learning_rate: float = 2.5e-4
+    """initial learning rate of Adam"""
+    num_envs: int = 8
+    """environments stepped together"""
+    num_steps: int = 128
+    """steps per env in each rollout"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping coefficient"""
+    anneal_clip: bool = False
+    """anneal the clipping coefficient linearly to 0, like the learning rate"""
+    clip_vloss: bool = True
+    """clip the value loss"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    bootstrap_truncation: bool = True
+    """bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them
+    as terminations, exactly like openai/baselines ppo2 and CleanRL"""
+
+
+# Fields a resumed run takes from its checkpoint; the others (logging, checkpoints) may change.
+_FIELD_NAMES = [f.name for f in fields(Args)]
+HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+
+
+# ----------------------------------------------------------------------------------------------
+# The math, as pure functions of tensors
+# ----------------------------------------------------------------------------------------------
+
+
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """[core-5] Generalized advantage estimation, backwards over a rollout of shape (steps, envs).
+
+    `dones[t]` says the episode ended with step t, so V(s_{t+1}) must not be bootstrapped there
+    (a time-limit truncation has already had gamma * V(final obs) added to its reward).
+    `last_value` is V of the observation after the rollout: episodes carry over to the next rollout.
+    Returns (advantages, value targets = advantages + values).
+    """
+    advantages = torch.zeros_like(rewards)
+    next_value, next_advantage = last_value, 0.0
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        next_advantage = delta + gamma * gae_lambda * not_done * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+def bootstrap_truncated(rewards, truncated, final_values, gamma):
+    """A time limit is not a real end: the agent would have gone on collecting V(final obs).
+    Adding gamma * V(final obs) to the reward of a truncated (not terminated) step and then treating
+    the step as done gives exactly the bootstrapped target; terminated steps get nothing."""
+    return rewards + gamma * final_values * truncated
+
+
+def normalize(x, eps=1e-8):
+    """[core-7] Zero mean, unit std."""
+    return (x - x.mean()) / (x.std() + eps)
+
+
+def clipped_surrogate(ratio, advantages, clip_coef):
+    """[core-8] Per-sample PPO objective (to maximise): min(r A, clip(r, 1-e, 1+e) A).
+
+    Where the clipped term is the smaller one, it is constant in the policy's parameters, so the
+    gradient is exactly zero: the sample has moved far enough in the direction its advantage wants."""
+    return torch.min(ratio * advantages, torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef) * advantages)
+
+
+def value_loss(new_values, old_values, returns, clip_coef, clip=True):
+    """[core-9] 0.5 * squared error; clipped: the max of the plain error and the error of a value kept
+    within +-clip_coef of the value at rollout time, so the critic cannot jump far in one update."""
+    unclipped = (new_values - returns) ** 2
+    if not clip:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
+
+
+def explained_variance(predicted, target):
+    """[core-12] 1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
+    var_target = np.var(target)
+    return float("nan") if var_target == 0 else float(1 - np.var(target - predicted) / var_target)
+
+
+# ----------------------------------------------------------------------------------------------
+# Atari preprocessing, one wrapper per detail (the order of openai/baselines' wrap_deepmind)
+# ----------------------------------------------------------------------------------------------
+
+
+class NoopReset(gym.Wrapper):
+    """[atari-1] 1..30 no-op frames after a reset, so that games do not all start from the same state."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for _ in range(self.unwrapped.np_random.integers(1, NOOP_MAX + 1)):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class MaxAndSkip(gym.Wrapper):
+    """[atari-2] Repeat the action 4 frames, sum the rewards, and return the pixel-wise max of the last
+    two frames: the Atari draws some sprites only every other frame, and the max shows them all."""
+
+    def step(self, action):
+        total, last_two = 0.0, []
+        for _ in range(FRAME_SKIP):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            last_two = last_two[-1:] + [obs]
+            total += reward
+            if terminated or truncated:
+                break
+        return np.maximum(last_two[0], last_two[-1]), total, terminated, truncated, info
+
+
+class EpisodicLife(gym.Wrapper):
+    """[atari-3] A lost life ends the learner's episode (terminated: no bootstrapping past it, so the value
+    learns that losing a life costs the rest of it), but the game goes on: the next reset is a no-op step,
+    and only a real game over resets the game."""
+
+    lives, game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.unwrapped.ale.lives()
+        terminated = terminated or 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        self.lives, self.game_over = self.unwrapped.ale.lives(), False
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """[atari-4] Press FIRE (then UP) after every reset, including the one after a lost life: in games like
+    Breakout nothing happens until FIRE, and a random policy would waste most of its steps finding it."""
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class WarpFrame(gym.ObservationWrapper):
+    """[atari-5] Grayscale, resized to 84x84: colour and full resolution cost compute and add little."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(0, 255, (SCREEN_SIZE, SCREEN_SIZE), np.uint8)
+
+    def observation(self, frame):
+        gray = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
+        return cv2.resize(gray, (SCREEN_SIZE, SCREEN_SIZE), interpolation=cv2.INTER_AREA)
+
+
+class ClipReward(gym.RewardWrapper):
+    """[atari-6] Reward clipped to its sign, so one set of hyperparameters fits games whose scores differ by
+    orders of magnitude. Only the learner sees it: the game score is recorded below this wrapper."""
+
+    def reward(self, reward):
+        return float(np.sign(reward))
+
+
+def make_env(env_id, idx, capture_video, run_name, repeat_action_probability):
+    def thunk():
+        # frameskip=1 for every ALE id: MaxAndSkip below does the skipping, with the max over two frames.
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability,
+                       render_mode="rgb_array" if capture_video and idx == 0 else None)
+        if capture_video and idx == 0:
+            # On the raw env a recorded episode is a whole game: life losses never reset it.
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}", disable_logger=True)
+        # The real game score: below the life-loss and reward-clip wrappers, it sums every raw reward of a
+        # whole game and reports it once, at game over (episodic_length is then in frames, as in CleanRL).
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopReset(env)
+        env = MaxAndSkip(env)
+        env = EpisodicLife(env)
+        if env.unwrapped.get_action_meanings()[1:2] == ["FIRE"]:
+            env = FireReset(env)
+        env = WarpFrame(env)
+        env = ClipReward(env)
+        # [atari-7] The last 4 frames, oldest first: one frame shows no motion, four show direction and speed.
+        return gym.wrappers.FrameStackObservation(env, FRAME_STACK)
+
+    return thunk
+
+
+class AleVectorGameScore(gym.vector.VectorWrapper):
+    """Makes ale-py's vector env report like the wrapper path: sign-clipped rewards for the learner
+    ([atari-6]; the env itself runs unclipped), and the unclipped game score in info["final_info"]["episode"]
+    once a game, not a life, is over. A game is over where the env's episode frame counter restarted."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.scores, self.frames = np.zeros(self.num_envs), info["episode_frame_number"].copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.scores += reward
+        game_over = (terminated | truncated) & (info["episode_frame_number"] != self.frames + FRAME_SKIP)
+        if game_over.any():
+            info["final_info"] = {"episode": {"r": self.scores.copy(), "l": self.frames + FRAME_SKIP},
+                                  "_episode": game_over}
+            info["_final_info"] = game_over
+            self.scores[game_over] = 0.0
+        self.frames = info["episode_frame_number"].copy()
+        return obs, np.sign(reward), terminated, truncated, info
+
+
+def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
+    """ale-py's C++ vector env with the details above by name. Differences from the wrappers, all minor:
+    life loss only sets terminated (episodic_life=True would reset the whole game at every lost life), so
+    neither FIRE nor a fresh frame stack follows a lost life; and a new game's stack is padded with zeros."""
+    spec = gym.spec(env_id)
+    return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
+        game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,
+        max_num_frames_per_episode=spec.kwargs.get("max_num_frames_per_episode", 108_000),
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        noop_max=NOOP_MAX,  # [atari-1]
+        frameskip=FRAME_SKIP, maxpool=True,  # [atari-2]
+        episodic_life=False, life_loss_info=True,  # [atari-3]
+        use_fire_reset=True,  # [atari-4] (only in games with FIRE)
+        grayscale=True, img_height=SCREEN_SIZE, img_width=SCREEN_SIZE,  # [atari-5]
+        reward_clipping=False,  # [atari-6] done in AleVectorGameScore, which needs the unclipped rewards
+        stack_num=FRAME_STACK,  # [atari-7]
+    ))
+
+
+def finished_games(info):
+    """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
+    the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
+    final = info.get("final_info", {})
+    if "episode" not in final:
+        return []
+    ended = info["_final_info"] & final["_episode"]
+    return [(i, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in np.flatnonzero(ended)]
+
+
+# ----------------------------------------------------------------------------------------------
+# The network
+# ----------------------------------------------------------------------------------------------
+
+
+def layer_init(layer, gain=np.sqrt(2), bias=0.0):
+    """[core-2] Orthogonal weights with the given gain, constant bias."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, n_actions):
+        super().__init__()
+        # [atari-8] One Nature-CNN trunk shared by policy and value (replaces core-13's separate MLPs):
+        # learning features from pixels is the expensive part, and both heads need the same ones.
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(FRAME_STACK, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+        )
+        # [core-2] Policy output gain 0.01: near-uniform action probabilities at the start; value gain 1.
+        self.actor = layer_init(nn.Linear(512, n_actions), gain=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), gain=1.0)
+
+    def features(self, obs):
+        # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
+        return self.network(obs.float() / 255.0)
+
+    def get_value(self, obs):
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def get_action_and_value(self, obs, action=None):
+        hidden = self.features(obs)
+        dist = Categorical(logits=self.actor(hidden))
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.critic(hidden).squeeze(-1)
+
+    def act(self, obs, greedy):
+        logits = self.actor(self.features(obs))
+        return logits.argmax(-1) if greedy else Categorical(logits=logits).sample()
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks, checkpoints and evaluation
+# ----------------------------------------------------------------------------------------------
+
+
+def fail(message):
+    """Bad input ends the program with one line and no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_env(env_id):
+    """Fail early unless env_id is an ALE game with pixel observations; point other envs to their script."""
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        fail(f"unknown env id '{env_id}': {e}")
+    if spec.entry_point != "ale_py.env:AtariEnv":
+        try:
+            env = gym.make(env_id)
+            continuous = isinstance(env.action_space, gym.spaces.Box)
+            env.close()
+        except Exception as e:  # a missing dependency (MuJoCo, Box2D) can fail in many ways
+            fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
+        fail(f"{env_id} is not an Atari game: use {'ppo_continuous.py' if continuous else 'ppo_discrete.py'}")
+    if spec.kwargs.get("obs_type", "rgb") != "rgb":
+        fail(f"{env_id} observes {spec.kwargs['obs_type']}; this script needs the screen (an id without -ram)")
+
+
+def flags_given():
+    """Names of the Args fields set on the command line (--no-x counts as x), to tell them from defaults."""
+    names = {a[2:].split("=")[0].replace("-", "_") for a in sys.argv[1:] if a.startswith("--")}
+    return names | {n[3:] for n in names if n.startswith("no_")}
+
+
+def check_args(args):
+    batch_size = args.num_envs * args.num_steps
+    if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
+        fail("--num-envs, --num-steps, --num-minibatches and --update-epochs must be at least 1")
+    if batch_size % args.num_minibatches:
+        fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
+             "choose --num-minibatches that divides it")
+    if args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+    if args.checkpoint_every < 0 or args.eval_episodes < 1:
+        fail("--checkpoint-every must be >= 0 and --eval-episodes >= 1")
+    if args.repeat_action_probability is not None and not 0 <= args.repeat_action_probability <= 1:
+        fail(f"--repeat-action-probability {args.repeat_action_probability} is not a probability")
+    if args.capture_video and args.env_path != "wrappers":
+        fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
+
+
+def load_checkpoint(path, args):
+    """Read a checkpoint and check it belongs to this script and to the env asked for."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        script, saved_env_id = ckpt["script"], ckpt["args"]["env_id"]
+    except Exception as e:  # a truncated or foreign file can fail in many ways
+        fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    if script != SCRIPT:
+        fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    if "env_id" in flags_given() and args.env_id != saved_env_id:
+        fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
+    return ckpt
+
+
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration):
+    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+    np_state = np.random.get_state()
+    ckpt = {
+        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
+                "numpy": [np_state[1].tolist(), int(np_state[2])]},
+    }
+    tmp = f"{path}.tmp"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability):
+    """Play whole games and return their scores. The policy sees the training stack (a lost life is followed
+    by the same no-op and FIRE as in training, so a policy that never learned to serve does not stall), but
+    what counts is the game: all lives, unclipped rewards, read from the same statistics as in training."""
+    env = make_env(env_id, 0, False, "", repeat_action_probability)()
+    scores = []
+    obs, _ = env.reset(seed=seed)
+    while len(scores) < games:
+        with torch.inference_mode():
+            action = agent.act(torch.as_tensor(obs, device=device).unsqueeze(0), greedy)
+        obs, _, terminated, truncated, info = env.step(action.item())
+        if terminated or truncated:
+            if "episode" in info:  # the game is over, not just a life
+                scores.append(float(info["episode"]["r"]))
+            obs, _ = env.reset(seed=seed + len(scores))  # the seed only reaches a new game; a life goes on
+    env.close()
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def main():
+    args = tyro.cli(Args)
+    check_args(args)
+    ckpt = None
+    if args.eval_checkpoint or args.resume:
+        ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args)
+        args.env_id = ckpt["args"]["env_id"]
+    check_env(args.env_id)
+    if args.repeat_action_probability is None:  # the checkpoint's, else the id's own; logged as a number
+        args.repeat_action_probability = ckpt["args"]["repeat_action_probability"] if ckpt else \
+            gym.spec(args.env_id).kwargs.get("repeat_action_probability", 0.25)
+
+    torch.set_num_threads(args.threads)
+    # Sampling through torch.distributions is much faster without its argument checks.
+    torch.distributions.Distribution.set_default_validate_args(False)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    if args.eval_checkpoint:
+        n_actions = ckpt["model"]["actor.weight"].shape[0]
+        agent = Agent(n_actions).to(device)
+        agent.load_state_dict(ckpt["model"])
+        scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
+                          args.repeat_action_probability)
+        mode = "greedy" if args.eval_greedy else "sampled"
+        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode})")
+        return
+
+    if ckpt is not None:
+        for name in HYPERPARAMETERS:
+            saved = ckpt["args"][name]
+            if name in flags_given() and getattr(args, name) != saved:
+                fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
+                     "a resumed run keeps its hyperparameters")
+            setattr(args, name, saved)
+        run_name = ckpt["run_name"]
+    else:
+        run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        if os.path.exists(f"runs/{run_name}"):
+            fail(f"runs/{run_name} already exists; not overwriting it")
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size
+    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+
+    # Seeding: python, numpy and torch here; each env gets seed + its index at its first reset.
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
+    # first observation of the next one, and the true last observation in info["final_obs"].
+    if args.env_path == "ale-vector":
+        envs = make_ale_vector_env(args.env_id, args.num_envs, args.repeat_action_probability)
+    else:
+        envs = gym.vector.SyncVectorEnv(
+            [make_env(args.env_id, i, args.capture_video, run_name, args.repeat_action_probability)
+             for i in range(args.num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
+
+    agent = Agent(n_actions).to(device)
+    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
+    # the same arithmetic in one call per step instead of one per tensor.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    start_iteration, global_step = 1, 0
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        random.setstate((3, tuple(ckpt["rng"]["python"]), None))
+        np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
+
+    if args.track:
+        import wandb
+
+        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
+        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
+    if ckpt is None:
+        table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+
+    # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB).
+    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh games
+    next_obs_np, _ = envs.reset(seed=seed)  # env i gets seed + i on both paths
+    next_obs = torch.as_tensor(next_obs_np, device=device)
+    recent_returns = deque(maxlen=100)
+    show_progress = args.progress and sys.stdout.isatty()
+    start_time, start_step = time.time(), global_step
+
+    for iteration in range(start_iteration, num_iterations + 1):
+        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
+        frac = 1.0 - (iteration - 1.0) / num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
+
+        # --- rollout ---
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            actions[step], logprobs[step], values[step] = action, logprob, value
+
+            next_obs_np, reward, terminated, truncated, info = envs.step(action.cpu().numpy())
+            truncated = truncated & ~terminated
+            if args.bootstrap_truncation and truncated.any():
+                final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), device=device)
+                final_values = np.zeros(args.num_envs)
+                with torch.inference_mode():
+                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
+                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
+            rewards[step] = torch.as_tensor(reward, device=device)
+            dones[step] = torch.as_tensor(terminated | truncated, device=device)
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+
+            # The game score, not the learner's life-long, clipped episodes (see make_env).
+            for _, score, length in finished_games(info):
+                recent_returns.append(score)
+                writer.add_scalar("charts/episodic_return", score, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+
+        # --- advantages ---
+        with torch.inference_mode():
+            last_value = agent.get_value(next_obs)
+        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
+
+        # --- flatten the batch ---
+        b_obs = obs.reshape((batch_size,) + obs_shape)
+        b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
+        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+
+        # --- epochs of minibatch updates ---
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
+            order = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                mb = order[start:start + minibatch_size]
+                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                logratio = new_logprob - b_logprobs[mb]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
+
+                mb_advantages = normalize(b_advantages[mb]) if args.norm_adv else b_advantages[mb]
+                pg_loss = -clipped_surrogate(ratio, mb_advantages, clip_coef).mean()
+                v_loss = value_loss(new_value, b_values[mb], b_returns[mb], clip_coef, args.clip_vloss)
+                entropy_loss = entropy.mean()
+                # [core-10] One loss, one optimizer for the shared trunk and both heads.
+                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+                if not torch.isfinite(loss):
+                    fail(f"loss became {loss.item()} at step {global_step}; stopping "
+                         f"(the last good checkpoint, if any, is left at {ckpt_path})")
+
+                optimizer.zero_grad()
+                loss.backward()
+                # [core-11] Global gradient-norm clipping.
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        # --- log ---
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance",
+                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
+        if show_progress:
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+            print(f"\rstep {global_step}/{args.total_timesteps}  {sps} steps/s  score(last 100) {mean_return}   ",
+                  end="", flush=True)
+        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration)
+
+    if show_progress:
+        print()
+    if args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, num_iterations)
+        print(f"checkpoint saved to {ckpt_path}")
+    envs.close()
+    writer.close()
+    if args.track:
+        wandb.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""Tests of ppo_atari.py: each Atari wrapper on a real ALE game, the game score that charts/episodic_return
+logs, the agreement of the two env paths, tiny end-to-end runs and bad input.
+
+Real games throughout (ale-py ships the ROMs). The raw emulator is observed by replacing the `step` of the
+innermost AtariEnv instance with a recording one, so nothing in the script is changed for the tests.
+"""
+
+import sys
+
+import cv2
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from conftest import load_script, only_run_dir, read_scalars, run_scripts
+
+SCRIPT = "ppo_atari"
+pa = load_script(SCRIPT)
+
+BREAKOUT, INVADERS, FREEWAY = "BreakoutNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4", "FreewayNoFrameskip-v4"
+TINY = ["--total-timesteps", 512, "--num-envs", 2, "--num-steps", 128, "--no-cuda"]  # 2 iterations of 256
+ALL_TAGS = [
+    "charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
+    "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+    "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
+]
+PER_ITERATION_TAGS = [t for t in ALL_TAGS if not t.startswith("charts/episodic")]
+
+
+def tap(env):
+    """Record every raw emulator step of `env` (a gym env or one made by the script) as (action, reward, frame)."""
+    raw, calls = env.unwrapped, []
+    step = raw.step
+
+    def recording_step(action):
+        result = step(action)
+        calls.append((int(action), float(result[1]), result[0]))
+        return result
+
+    raw.step = recording_step
+    return calls
+
+
+def training_env(env_id):
+    return pa.make_env(env_id, 0, False, "", 0.0)()
+
+
+def wrappers_of(env):
+    names = []
+    while isinstance(env, gym.Wrapper):
+        names.append(type(env).__name__)
+        env = env.env
+    return names
+
+
+def assert_ok(result):
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+# ----------------------------------------------------------------------------------------------
+# One wrapper at a time, on real games
+# ----------------------------------------------------------------------------------------------
+
+
+def test_noop_reset_takes_1_to_30_noops():  # [atari-1]
+    raw = gym.make(BREAKOUT)
+    env, calls = pa.NoopReset(raw), tap(raw)
+    counts = []
+    for seed in range(10):
+        calls.clear()
+        env.reset(seed=seed)
+        assert {a for a, _, _ in calls} == {0}
+        counts.append(len(calls))
+    assert all(1 <= n <= 30 for n in counts) and len(set(counts)) > 2, counts
+
+
+def test_max_and_skip_repeats_4_frames_and_maxes_the_last_two():  # [atari-2]
+    skipped, reference = pa.MaxAndSkip(gym.make(INVADERS)), gym.make(INVADERS)
+    skipped.reset(seed=3)
+    reference.reset(seed=3)
+    rng, differs_from_last, rewards = np.random.default_rng(0), 0, 0.0
+    for _ in range(150):
+        action = int(rng.integers(6))
+        obs, reward, *_ = skipped.step(action)
+        frames, total = [], 0.0
+        for _ in range(4):
+            frame, r, *_ = reference.step(action)
+            frames.append(frame)
+            total += r
+        np.testing.assert_array_equal(obs, np.maximum(frames[2], frames[3]))
+        assert reward == total
+        differs_from_last += not np.array_equal(obs, frames[3])
+        rewards += reward
+    assert differs_from_last > 0 and rewards > 0  # the max matters (flicker), and rewards were summed
+
+
+def test_life_loss_ends_the_learners_episode_not_the_game():  # [atari-3] through the training stack
+    env = training_env(BREAKOUT)
+    ale, rng = env.unwrapped.ale, np.random.default_rng(0)
+    env.reset(seed=0)
+    life_losses = 0
+    while True:
+        lives = ale.lives()
+        _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
+        if not (terminated or truncated):
+            continue
+        if "episode" in info:  # the real game over: the next reset starts a new game
+            assert ale.game_over() and life_losses == 4
+            frame = ale.getEpisodeFrameNumber()
+            env.reset()
+            assert ale.lives() == 5 and ale.getEpisodeFrameNumber() < frame
+            return
+        life_losses += 1
+        assert terminated and ale.lives() == lives - 1 and not ale.game_over()
+        frame = ale.getEpisodeFrameNumber()
+        env.reset()
+        # The game went on: same lives, frames kept counting (no-op + FIRE + UP = 12 frames).
+        assert ale.lives() == lives - 1 and ale.getEpisodeFrameNumber() == frame + 12
+
+
+def test_fire_pressed_after_reset_and_after_a_lost_life_where_the_game_has_fire():  # [atari-4]
+    env = training_env(BREAKOUT)
+    assert "FireReset" in wrappers_of(env)
+    assert "FireReset" not in wrappers_of(training_env(FREEWAY))  # Freeway: NOOP, UP, DOWN
+    calls = tap(env)
+    env.reset(seed=1)
+    actions = [a for a, _, _ in calls]
+    assert actions[-8:] == [1] * 4 + [2] * 4 and set(actions[:-8]) == {0} and 1 <= len(actions) - 8 <= 30
+    rng = np.random.default_rng(1)
+    while not env.step(int(rng.integers(4)))[2]:
+        pass
+    calls.clear()
+    env.reset()  # after a lost life: a no-op step stands in for the reset, then FIRE
+    assert [a for a, _, _ in calls] == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_frames_are_84x84_grayscale_of_the_screen():  # [atari-5]
+    raw = gym.make(BREAKOUT)
+    env = pa.WarpFrame(raw)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == obs.shape == (84, 84) and obs.dtype == np.uint8
+    gray = cv2.cvtColor(raw.unwrapped.ale.getScreenRGB(), cv2.COLOR_RGB2GRAY)
+    np.testing.assert_array_equal(obs, cv2.resize(gray, (84, 84), interpolation=cv2.INTER_AREA))
+
+
+def test_rewards_are_clipped_to_their_sign_for_the_learner():  # [atari-6]
+    env = training_env(INVADERS)
+    calls = tap(env)
+    env.reset(seed=0)
+    rng, seen = np.random.default_rng(0), set()
+    for _ in range(300):
+        calls.clear()
+        _, reward, terminated, truncated, _ = env.step(int(rng.integers(6)))
+        raw = sum(r for _, r, _ in calls)
+        assert reward == np.sign(raw)
+        seen.add(raw)
+        if terminated or truncated:
+            env.reset()
+    assert max(seen) > 1  # Space Invaders pays 5-30 a hit: the clip did something
+
+
+def test_frame_stack_holds_the_last_4_frames_oldest_first():  # [atari-7], with [atari-2] and [atari-5]
+    env = training_env(BREAKOUT)
+    calls = tap(env)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert all(np.array_equal(obs[i], obs[3]) for i in range(3))  # a new episode pads with its first frame
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        previous = obs
+        calls.clear()
+        obs, _, terminated, _, _ = env.step(int(rng.integers(4)))
+        if terminated:
+            break
+        np.testing.assert_array_equal(obs[:3], previous[1:])
+        newest = np.maximum(calls[-2][2], calls[-1][2])
+        gray = cv2.cvtColor(newest, cv2.COLOR_RGB2GRAY)
+        np.testing.assert_array_equal(obs[3], cv2.resize(gray, (84, 84), interpolation=cv2.INTER_AREA))
+
+
+def test_network_sees_pixels_scaled_to_0_1_and_rollouts_store_uint8():  # [atari-9], [atari-8]
+    agent = pa.Agent(4)
+    seen = []
+    agent.network[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    obs = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
+    obs[1] = 255
+    _, _, _, value = agent.get_action_and_value(obs)
+    assert value.shape == (2,)
+    x = seen[0]
+    assert x.dtype == torch.float32 and x[0].max() == 0.0 and x[1].min() == 1.0
+    # One shared trunk: the policy and the value read the same features.
+    assert isinstance(agent.network[0], torch.nn.Conv2d) and agent.network[0].stride == (4, 4)
+    assert agent.actor.in_features == agent.critic.in_features == 512
+
+
+# ----------------------------------------------------------------------------------------------
+# The game score: charts/episodic_return is a whole game, all lives, unclipped
+# ----------------------------------------------------------------------------------------------
+
+
+def play_until_games_end(envs, raw_rewards_of, n_envs, steps=4000):
+    """Random actions until every env has finished a game. Returns per env: the finished games as
+    (logged score, raw reward sum), the learner's episode ends, and the clipped rewards of the first game."""
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset(seed=5)
+    raw_sum, clipped_sum = np.zeros(n_envs), np.zeros(n_envs)
+    games, learner_ends = [[] for _ in range(n_envs)], np.zeros(n_envs, int)
+    for _ in range(steps):
+        previous = obs
+        obs, reward, terminated, truncated, info = envs.step(rng.integers(envs.single_action_space.n, size=n_envs))
+        assert obs.shape == (n_envs, 4, 84, 84) and obs.dtype == np.uint8
+        assert set(np.unique(reward)) <= {-1.0, 0.0, 1.0}
+        done = terminated | truncated
+        # Frame stacking order (oldest first) wherever no episode ended.
+        np.testing.assert_array_equal(obs[~done][:, :3], previous[~done][:, 1:])
+        raw_sum += raw_rewards_of()
+        clipped_sum += reward
+        learner_ends += done
+        for i, score, length in pa.finished_games(info):
+            assert length > 0
+            games[i].append((score, raw_sum[i], clipped_sum[i]))
+            raw_sum[i] = clipped_sum[i] = 0.0
+        if all(games):
+            return games, learner_ends
+    raise AssertionError(f"no game over within {steps} steps: {games}")
+
+
+def check_game_scores(games, learner_ends):
+    for env_games, ends in zip(games, learner_ends):
+        assert ends > len(env_games)  # life losses ended learner episodes without ending the game
+        for score, raw, clipped in env_games:
+            assert score == raw  # the logged return is the sum of unclipped rewards over the whole game
+            assert score > clipped  # and not the clipped sum the learner was trained on
+
+
+def test_logged_game_score_is_the_unclipped_sum_over_the_whole_game():
+    envs = gym.vector.SyncVectorEnv([pa.make_env(INVADERS, i, False, "", 0.0) for i in range(2)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    taps = [tap(env) for env in envs.envs]
+
+    def raw_rewards():
+        sums = [sum(r for _, r, _ in calls) for calls in taps]
+        for calls in taps:
+            calls.clear()
+        return np.array(sums)
+
+    check_game_scores(*play_until_games_end(envs, raw_rewards, 2))
+
+
+def test_ale_vector_path_agrees_with_the_wrappers():
+    wrappers = gym.vector.SyncVectorEnv([pa.make_env(INVADERS, i, False, "", 0.0) for i in range(2)],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    ale = pa.make_ale_vector_env(INVADERS, 2, 0.0)
+    assert wrappers.single_observation_space == ale.single_observation_space  # (4, 84, 84) uint8, 0..255
+    assert wrappers.single_action_space == ale.single_action_space
+    obs_w, _ = wrappers.reset(seed=0)
+    obs_a, _ = ale.reset(seed=0)
+    # Same scale and conversion: the newest frames of a fresh game look alike (0..255, similar brightness).
+    assert obs_w.max() > 1 and obs_a.max() > 1
+    assert abs(float(obs_w[:, 3].mean()) - float(obs_a[:, 3].mean())) < 5.0
+    # The ale env runs with unclipped rewards; tap them where the adapter receives them.
+    inner, received = ale.env, []
+    step = inner.step
+
+    def recording_step(actions):
+        result = step(actions)
+        received.append(result[1].copy())
+        return result
+
+    inner.step = recording_step
+
+    def raw_rewards():
+        total = np.sum(received, axis=0)
+        received.clear()
+        return total
+
+    check_game_scores(*play_until_games_end(ale, raw_rewards, 2))
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end: train (both paths) -> checkpoint -> evaluate -> resume
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    cwds = [tmp_path_factory.mktemp(name) for name in ("wrappers", "ale_vector", "repeat")]
+    results = run_scripts([
+        (SCRIPT, [*TINY, "--save-model", "--capture-video"], cwds[0]),
+        (SCRIPT, [*TINY, "--save-model", "--env-path", "ale-vector"], cwds[1]),
+        (SCRIPT, TINY, cwds[2]),  # the first run again, without video
+    ])
+    return dict(zip(["wrappers", "ale-vector", "repeat"], zip(results, cwds)))
+
+
+@pytest.mark.parametrize("path", ["wrappers", "ale-vector"])
+def test_tiny_run_logs_the_tags_and_saves_a_checkpoint(trained, path):
+    result, cwd = trained[path]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    scalars = read_scalars(run_dir)
+    # Breakout games under a near-random policy last ~100-200 steps: 256 steps per env finish some.
+    assert set(ALL_TAGS) <= set(scalars), sorted(scalars)
+    assert [s for s, _ in scalars["charts/learning_rate"]] == [256, 512]
+    assert all(float(v).is_integer() and v >= 0 for _, v in scalars["charts/episodic_return"])
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["script"] == SCRIPT and ckpt["iteration"] == 2 and ckpt["global_step"] == 512
+    assert ckpt["args"]["env_path"] == path and ckpt["args"]["repeat_action_probability"] == 0.0
+    if path == "wrappers":
+        videos = list((cwd / "videos" / run_dir.name).glob("*.mp4"))
+        assert videos and all(v.stat().st_size > 0 for v in videos)
+
+
+def test_same_seed_same_curve_and_video_changes_nothing(trained):
+    (first, cwd), (again, cwd_again) = trained["wrappers"], trained["repeat"]
+    assert_ok(first)
+    assert_ok(again)
+    a, b = read_scalars(only_run_dir(cwd)), read_scalars(only_run_dir(cwd_again))
+    for tag in ALL_TAGS:
+        if tag != "charts/SPS":
+            assert a[tag] == b[tag], tag
+
+
+def test_evaluate_and_resume(trained, tmp_path):
+    result, cwd = trained["wrappers"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, 256  # back to the middle: iteration 2 is trained again
+    crafted = cwd / "crafted.pt"
+    torch.save(ckpt, crafted)
+    before = set(run_dir.glob("events.out.tfevents.*"))
+    evaluated, resumed = run_scripts([
+        (SCRIPT, ["--eval-checkpoint", run_dir / "checkpoint.pt", "--eval-episodes", 2, "--no-cuda"], tmp_path),
+        (SCRIPT, ["--resume", crafted, "--no-cuda"], cwd),
+    ])
+    assert_ok(evaluated)
+    line = [x for x in evaluated.stdout.splitlines() if "+-" in x]
+    assert len(line) == 1 and "over 2 games (greedy)" in line[0] and line[0].startswith(BREAKOUT)
+    assert not (tmp_path / "runs").exists()
+    assert_ok(resumed)
+    assert only_run_dir(cwd) == run_dir
+    new = sorted(set(run_dir.glob("events.out.tfevents.*")) - before)
+    assert len(new) == 1
+    own = read_scalars(new[0])
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in own[tag]] == [512], tag
+    assert own["charts/learning_rate"][0][1] == pytest.approx(2.5e-4 / 2)
+    merged = read_scalars(run_dir)  # the checkpointed iteration's logs (step 256) survive the purge
+    assert [s for s, _ in merged["charts/learning_rate"]] == [256, 512]
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: one "error:" line, no traceback, no runs/ left behind
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "ppo_discrete.py"]),
+    (["--env-id", "Pendulum-v1"], ["Pendulum-v1", "ppo_continuous.py"]),
+    (["--env-id", "NoSuchGameNoFrameskip-v4"], ["NoSuchGameNoFrameskip-v4"]),
+    (["--env-id", "Breakout-ramNoFrameskip-v4"], ["ram"]),
+    (["--num-envs", 3, "--num-steps", 5, "--num-minibatches", 4], ["minibatch"]),
+    (["--repeat-action-probability", 1.5], ["probability"]),
+    (["--capture-video", "--env-path", "ale-vector"], ["--env-path wrappers"]),
+])
+def test_bad_input_fails_with_one_line(args, words, tmp_path, monkeypatch, capsys):
+    error = fail_line(args, tmp_path, monkeypatch, capsys)
+    assert all(w in error for w in words), error
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, ["not found"]),
+    ({"script": "ppo_discrete", "args": {"env_id": "CartPole-v1"}}, ["ppo_discrete.py"]),
+    ({"script": SCRIPT}, ["cannot read"]),
+])
+@pytest.mark.parametrize("flag", ["--resume", "--eval-checkpoint"])
+def test_bad_checkpoint_fails_with_one_line(content, words, flag, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "given.pt"
+    if content is not None:
+        torch.save(content, path)
+    error = fail_line([flag, path], tmp_path, monkeypatch, capsys)
+    assert all(w in error for w in words), error
+
+
+def fail_line(args, cwd, monkeypatch, capsys):
+    """Run main() in this process; it must exit with code 2 and exactly one "error:" line, leaving no runs/."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args), "--no-cuda"])
+    with pytest.raises(SystemExit) as exit_info:
+        pa.main()  # any other exception would be a traceback
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exit_info.value.code == 2 and len(errors) == 1, err
+    assert not (cwd / "runs").exists()
+    return errors[0]
