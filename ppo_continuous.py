@@ -501,7 +501,7 @@ def main():
 
     seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh episodes
     next_obs_raw, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
-    next_obs = observe(next_obs_raw)
+    next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
     discounted_return = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=100)
     show_progress = args.progress and sys.stdout.isatty()
