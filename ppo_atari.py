@@ -75,7 +75,7 @@ class Args:
     eval_greedy: bool = True
     """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
 
-    # --- algorithm ---
+    # --- algorithm (every field from here on is kept from the checkpoint on resume) ---
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
     env_path: Literal["wrappers", "ale-vector"] = "wrappers"
@@ -225,7 +225,9 @@ class EpisodicLife(gym.Wrapper):
     learns that losing a life costs the rest of it), but the game goes on: the next reset is a no-op step,
     and only a real game over resets the game."""
 
-    lives, game_over = 0, True
+    def __init__(self, env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -247,7 +249,7 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """[atari-4] Press FIRE (then UP) after every reset, including the one after a lost life: in games like
+    """[atari-4] Press FIRE (then action 2, as baselines does) after every reset, including the one after a lost life: in games like
     Breakout nothing happens until FIRE, and a random policy would waste most of its steps finding it."""
 
     def reset(self, **kwargs):
@@ -279,14 +281,14 @@ class ClipReward(gym.RewardWrapper):
         return float(np.sign(reward))
 
 
-def make_env(env_id, idx, capture_video, run_name, repeat_action_probability):
+def make_env(env_id, idx, capture_video, video_dir, repeat_action_probability):
     def thunk():
         # frameskip=1 for every ALE id: MaxAndSkip below does the skipping, with the max over two frames.
         env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability,
                        render_mode="rgb_array" if capture_video and idx == 0 else None)
         if capture_video and idx == 0:
             # On the raw env a recorded episode is a whole game: life losses never reset it.
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}", disable_logger=True)
+            env = gym.wrappers.RecordVideo(env, video_dir, disable_logger=True)
         # The real game score: below the life-loss and reward-clip wrappers, it sums every raw reward of a
         # whole game and reports it once, at game over (episodic_length is then in frames, as in CleanRL).
         env = gym.wrappers.RecordEpisodeStatistics(env)
@@ -427,7 +429,7 @@ def check_env(env_id):
             fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
         fail(f"{env_id} is not an Atari game: use {'ppo_continuous.py' if continuous else 'ppo_discrete.py'}")
     if spec.kwargs.get("obs_type", "rgb") != "rgb":
-        fail(f"{env_id} observes {spec.kwargs['obs_type']}; this script needs the screen (an id without -ram)")
+        fail(f"{env_id} observes {spec.kwargs['obs_type']}; this script needs the screen (obs_type rgb)")
 
 
 def flags_given():
@@ -445,8 +447,10 @@ def check_args(args):
              "choose --num-minibatches that divides it")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.checkpoint_every < 0 or args.eval_episodes < 1:
-        fail("--checkpoint-every must be >= 0 and --eval-episodes >= 1")
+    if args.checkpoint_every < 0 or args.eval_episodes < 1 or args.threads < 1:
+        fail("--checkpoint-every must be >= 0, --eval-episodes and --threads >= 1")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
     if args.repeat_action_probability is not None and not 0 <= args.repeat_action_probability <= 1:
         fail(f"--repeat-action-probability {args.repeat_action_probability} is not a probability")
     if args.capture_video and args.env_path != "wrappers":
@@ -464,6 +468,9 @@ def load_checkpoint(path, args):
         fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    missing = set(HYPERPARAMETERS) - set(ckpt["args"])
+    if missing:
+        fail(f"{path} lacks the settings {sorted(missing)}: it was written by another version of {SCRIPT}.py")
     if "env_id" in flags_given() and args.env_id != saved_env_id:
         fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
     return ckpt
@@ -476,7 +483,8 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-                "numpy": [np_state[1].tolist(), int(np_state[2])]},
+                "numpy": [np_state[1].tolist(), int(np_state[2])],
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
     torch.save(ckpt, tmp)
@@ -484,9 +492,9 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
 
 
 def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability):
-    """Play whole games and return their scores. The policy sees the training stack (a lost life is followed
-    by the same no-op and FIRE as in training, so a policy that never learned to serve does not stall), but
-    what counts is the game: all lives, unclipped rewards, read from the same statistics as in training."""
+    """Play whole games and return their scores. The policy sees the training wrappers, whichever env path it
+    was trained on (a lost life is followed by the same no-op and FIRE as in training, so a policy that never
+    learned to serve does not stall), but what counts is the game: all lives, unclipped rewards."""
     env = make_env(env_id, 0, False, "", repeat_action_probability)()
     scores = []
     obs, _ = env.reset(seed=seed)
@@ -541,11 +549,15 @@ def main():
                 fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
                      "a resumed run keeps its hyperparameters")
             setattr(args, name, saved)
+        check_args(args)  # the merged settings, as they will run
         run_name = ckpt["run_name"]
+        # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
+        video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         if os.path.exists(f"runs/{run_name}"):
             fail(f"runs/{run_name} already exists; not overwriting it")
+        video_dir = f"videos/{run_name}"
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
@@ -563,7 +575,7 @@ def main():
         envs = make_ale_vector_env(args.env_id, args.num_envs, args.repeat_action_probability)
     else:
         envs = gym.vector.SyncVectorEnv(
-            [make_env(args.env_id, i, args.capture_video, run_name, args.repeat_action_probability)
+            [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
              for i in range(args.num_envs)],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
@@ -579,6 +591,8 @@ def main():
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         torch.set_rng_state(ckpt["rng"]["torch"])
+        if ckpt["rng"].get("cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
         random.setstate((3, tuple(ckpt["rng"]["python"]), None))
         np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
 
@@ -594,7 +608,7 @@ def main():
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
     writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
-        table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB).
@@ -679,6 +693,7 @@ def main():
                 # [core-10] One loss, one optimizer for the shared trunk and both heads.
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 if not torch.isfinite(loss):
+                    writer.close()  # keep the logs that explain the divergence
                     fail(f"loss became {loss.item()} at step {global_step}; stopping "
                          f"(the last good checkpoint, if any, is left at {ckpt_path})")
 

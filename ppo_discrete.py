@@ -64,7 +64,7 @@ class Args:
     eval_greedy: bool = True
     """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
 
-    # --- algorithm ---
+    # --- algorithm (every field from here on is kept from the checkpoint on resume) ---
     env_id: str = "CartPole-v1"
     """gymnasium id of an env with a Discrete action space and a flat Box observation space"""
     total_timesteps: int = 500_000
@@ -224,11 +224,11 @@ def fail(message):
     sys.exit(2)
 
 
-def make_env(env_id, idx, capture_video, run_name):
+def make_env(env_id, idx, capture_video, video_dir):
     def thunk():
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}", disable_logger=True)
+            env = gym.wrappers.RecordVideo(env, video_dir, disable_logger=True)
         else:
             env = gym.make(env_id)
         return env
@@ -238,9 +238,11 @@ def make_env(env_id, idx, capture_video, run_name):
 
 def check_env(env_id):
     """Fail early unless env_id is a registered env with Discrete actions and flat Box observations."""
+    if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
+        fail(f"{env_id} is an Atari game: use ppo_atari.py")
     try:
         env = gym.make(env_id)
-    except gym.error.Error as e:
+    except (gym.error.Error, ImportError) as e:
         fail(f"unknown or unavailable env id '{env_id}': {e}")
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
@@ -269,8 +271,10 @@ def check_args(args):
              "choose --num-minibatches that divides it")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.checkpoint_every < 0 or args.eval_episodes < 1:
-        fail("--checkpoint-every must be >= 0 and --eval-episodes >= 1")
+    if args.checkpoint_every < 0 or args.eval_episodes < 1 or args.threads < 1:
+        fail("--checkpoint-every must be >= 0, --eval-episodes and --threads >= 1")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
 
 
 def load_checkpoint(path, args):
@@ -284,6 +288,9 @@ def load_checkpoint(path, args):
         fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    missing = set(HYPERPARAMETERS) - set(ckpt["args"])
+    if missing:
+        fail(f"{path} lacks the settings {sorted(missing)}: it was written by another version of {SCRIPT}.py")
     if "env_id" in flags_given() and args.env_id != saved_env_id:
         fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
     return ckpt
@@ -296,7 +303,8 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-                "numpy": [np_state[1].tolist(), int(np_state[2])]},
+                "numpy": [np_state[1].tolist(), int(np_state[2])],
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
     torch.save(ckpt, tmp)
@@ -355,11 +363,15 @@ def main():
                 fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
                      "a resumed run keeps its hyperparameters")
             setattr(args, name, saved)
+        check_args(args)  # the merged settings, as they will run
         run_name = ckpt["run_name"]
+        # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
+        video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
     else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         if os.path.exists(f"runs/{run_name}"):
             fail(f"runs/{run_name} already exists; not overwriting it")
+        video_dir = f"videos/{run_name}"
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
@@ -374,7 +386,7 @@ def main():
     # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
     # first observation of the next one, and the true last observation in info["final_obs"].
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        [make_env(args.env_id, i, args.capture_video, video_dir) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
@@ -389,6 +401,8 @@ def main():
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         torch.set_rng_state(ckpt["rng"]["torch"])
+        if ckpt["rng"].get("cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
         random.setstate((3, tuple(ckpt["rng"]["python"]), None))
         np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
 
@@ -398,13 +412,13 @@ def main():
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
         wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run_name, id=run_name.replace("/", "_"), resume="allow", save_code=True)
+                   name=run_name, id=run_name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
     writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
-        table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     # Rollout storage, allocated once.
@@ -490,6 +504,7 @@ def main():
                 # [core-10] One loss, one optimizer for both networks.
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 if not torch.isfinite(loss):
+                    writer.close()  # keep the logs that explain the divergence
                     fail(f"loss became {loss.item()} at step {global_step}; stopping "
                          f"(the last good checkpoint, if any, is left at {ckpt_path})")
 
