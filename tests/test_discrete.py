@@ -697,3 +697,12 @@ def test_bad_input_fails_with_one_error_line(bad_cases, case, tmp_path, monkeypa
     code, err, out = run_main_in_process(args, tmp_path, monkeypatch, capsys)
     check_bad_input(code, err, out, tmp_path, must_mention)
 
+
+
+def test_track_works_offline(tmp_path):
+    """--track with WANDB_MODE=offline (no network) logs locally and exits cleanly."""
+    result = run_script(SCRIPT, "--track", "--total-timesteps", 256, "--num-envs", 2, "--num-steps", 128,
+                        "--num-minibatches", 2, "--update-epochs", 1, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "wandb").glob("offline-run-*")), result.stderr
+    only_run_dir(tmp_path)
