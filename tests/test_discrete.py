@@ -706,3 +706,21 @@ def test_track_works_offline(tmp_path):
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), result.stderr
     only_run_dir(tmp_path)
+
+
+def test_resumed_run_records_video_in_its_own_folder(tmp_path):
+    """Video ids restart at 0 in a resumed process: its videos must not overwrite the first process's."""
+    tiny = ["--total-timesteps", 512, "--num-envs", 2, "--num-steps", 64, "--num-minibatches", 2, "--update-epochs", 1]
+    first = run_script(SCRIPT, *tiny, "--capture-video", "--save-model", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_dir = only_run_dir(tmp_path)
+    videos = tmp_path / "videos" / run_dir.name
+    before = {p: p.stat().st_mtime_ns for p in videos.glob("*.mp4")}
+    assert before
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, 128  # set back, so the resumed run has iterations to do
+    torch.save(ckpt, tmp_path / "set_back.pt")
+    second = run_script(SCRIPT, "--resume", tmp_path / "set_back.pt", "--capture-video", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert list((videos / "resumed-at-step-128").glob("*.mp4"))
+    assert {p: p.stat().st_mtime_ns for p in videos.glob("*.mp4")} == before
