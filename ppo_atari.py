@@ -383,10 +383,13 @@ class Agent(nn.Module):
         # [core-2] Policy output gain 0.01: near-uniform action probabilities at the start; value gain 1.
         self.actor = layer_init(nn.Linear(512, n_actions), gain=0.01)
         self.critic = layer_init(nn.Linear(512, 1), gain=1.0)
+        # Channels-last weights and inputs let the CPU convolution kernels run about 1.5x faster in
+        # training on this project's machine (benchmarks/results/throughput); the arithmetic is the same.
+        self.to(memory_format=torch.channels_last)
 
     def features(self, obs):
         # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
-        return self.network(obs.float() / 255.0)
+        return self.network((obs.float() / 255.0).contiguous(memory_format=torch.channels_last))
 
     def get_value(self, obs):
         return self.critic(self.features(obs)).squeeze(-1)
