@@ -66,6 +66,13 @@ PUBLISHED = {
     "PongNoFrameskip-v4": {"CleanRL": (20.36, 0.20), "ppo2": (20.59, 0.40)},
     "BeamRiderNoFrameskip-v4": {"CleanRL": (1915.93, 484.58), "ppo2": (2627.96, 625.75)},
 }
+# The step budget of those published runs: a figure from a longer run is marked with its budget in the table
+# and left off the plots, where it would only flatten a shorter run's curve.
+PUBLISHED_STEPS = {env: 500_000 for env in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}
+PUBLISHED_STEPS.update({env: 1_000_000 for env in ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4",
+                                                    "InvertedPendulum-v4", "Humanoid-v4", "Pusher-v4")})
+PUBLISHED_STEPS.update({env: 10_000_000 for env in ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4",
+                                                     "BeamRiderNoFrameskip-v4")})
 PUBLISHED_NOTES = {
     "HalfCheetah-v4": "HalfCheetah is very seed-sensitive: an earlier CleanRL table had 2905.85 ± 1129.37.",
 }
@@ -352,11 +359,18 @@ def fmt_time(seconds):
     return f"{seconds / 3600:.2f} h"
 
 
-def fmt_published(env, source):
+def published_budget_matches(env, steps):
+    """Whether runs of `steps` steps can be set beside the published figure (within 10% of its budget)."""
+    return steps >= 0.9 * PUBLISHED_STEPS.get(env, 0)
+
+
+def fmt_published(env, source, steps=None):
     entry = PUBLISHED.get(env, {}).get(source)
     if entry is None:
         return ""
     text = f"{entry[0]:.2f} ± {entry[1]:.2f}"
+    if steps is not None and not published_budget_matches(env, steps):
+        text += f" (at {fmt_steps(PUBLISHED_STEPS[env])})"
     return text + (f" ({entry[2]})" if len(entry) > 2 else "")
 
 
@@ -413,12 +427,13 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
                 s = group_stats(finals[v], resamples, seed)
                 ci = "" if not np.isfinite(s.iqm_ci[0]) else f" [{fmt(s.iqm_ci[0])}, {fmt(s.iqm_ci[1])}]"
                 sps = [r.sps for r in rs if np.isfinite(r.sps)]
+                steps = int(np.median([r.total_steps for r in rs]))
                 lines.append(
                     f"| {env} | {v} | {s.n} | {fmt(s.mean)} ± {fmt(s.std)} | {fmt(s.iqm)}{ci} "
-                    f"| {fmt_steps(int(np.median([r.total_steps for r in rs])))} "
+                    f"| {fmt_steps(steps)} "
                     f"| {fmt_time(float(np.mean([r.wall_time for r in rs])))} "
                     f"| {fmt(float(np.mean(sps)) if sps else None, 0)} "
-                    f"| {fmt_published(env, 'CleanRL')} | {fmt_published(env, 'ppo2')} |")
+                    f"| {fmt_published(env, 'CleanRL', steps)} | {fmt_published(env, 'ppo2', steps)} |")
             if base in finals:
                 for v in finals:
                     if v == base:
@@ -481,7 +496,8 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
             ax.plot(x, mean, color=colors[v], label=f"{v} ({len(groups[v])} seeds)")
             if low is not None:
                 ax.fill_between(x, low, high, color=colors[v], alpha=0.2, linewidth=0)
-        if env in PUBLISHED and "CleanRL" in PUBLISHED[env]:
+        longest = max(r.total_steps for rs in groups.values() for r in rs)
+        if "CleanRL" in PUBLISHED.get(env, {}) and published_budget_matches(env, longest):
             ax.axhline(PUBLISHED[env]["CleanRL"][0], color="gray", linestyle="--", linewidth=1,
                        label="CleanRL published")
         ax.set_title(env)

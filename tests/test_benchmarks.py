@@ -93,6 +93,17 @@ def test_probability_of_improvement():
     assert p == pytest.approx(7.5 / 9) and 0.0 <= lo <= p <= hi <= 1.0
 
 
+def test_published_figures_from_a_longer_budget_are_marked():
+    # CleanRL's Atari figure is at 10M steps: beside a 500k-step run it must say so; at the same budget it doesn't
+    assert compare.fmt_published("BreakoutNoFrameskip-v4", "CleanRL", 10_000_000) == "414.66 ± 28.09"
+    assert compare.fmt_published("BreakoutNoFrameskip-v4", "CleanRL", 500_000) == "414.66 ± 28.09 (at 10M)"
+    assert compare.fmt_published("CartPole-v1", "CleanRL", 499_712) == "490.04 ± 6.12"
+    assert compare.fmt_published("Hopper-v4", "ppo2", 1_000_000) == "2448.73 ± 596.13 (v2)"
+    assert compare.fmt_published("Pendulum-v1", "CleanRL", 1_000_000) == ""
+    assert compare.published_budget_matches("Walker2d-v4", 950_000)
+    assert not compare.published_budget_matches("PongNoFrameskip-v4", 2_000_000)
+
+
 def test_curve_helpers():
     np.testing.assert_allclose(compare.trailing_mean([1.0, 2.0, 3.0, 4.0], 2), [1.0, 1.5, 2.5, 3.5])
     np.testing.assert_allclose(compare.trailing_mean([1.0, 2.0, 3.0], 100), [1.0, 1.5, 2.0])
@@ -341,7 +352,8 @@ def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, 
     rows = [line for line in out.splitlines() if line.startswith("| CartPole-v1 |")]
     assert rows[0].startswith("| CartPole-v1 | default | 2 |")  # the baseline first
     assert rows[1].startswith("| CartPole-v1 | clip100 | 2 |")
-    assert all("| 1024 |" in row and "| 490.04 ± 6.12 | 497.54 ± 4.02 |" in row for row in rows[:2])
+    # 1024-step runs beside 500k-step published figures: marked with their budget
+    assert all("| 1024 |" in row and "| 490.04 ± 6.12 (at 500k) | 497.54 ± 4.02 (at 500k) |" in row for row in rows[:2])
     assert "Probability of improvement over `default`" in out
     assert rows[2].startswith("| CartPole-v1 | clip100 | ") and rows[2].endswith("| 2 vs 2 |")
     # The figure in the table is the mean over seeds of each run's last-100 mean, read here independently.
