@@ -17,6 +17,7 @@ charts/episodic_return is the real game score: a whole game, all lives, unclippe
 import os
 import random
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
@@ -424,12 +425,19 @@ def check_env(env_id):
     except gym.error.Error as e:
         fail(f"unknown env id '{env_id}': {e}")
     if spec.entry_point != "ale_py.env:AtariEnv":
-        try:
-            env = gym.make(env_id)
-            continuous = isinstance(env.action_space, gym.spaces.Box)
-            env.close()
-        except Exception as e:  # a missing dependency (MuJoCo, Box2D) can fail in many ways
-            fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
+        # Made once to name the right script, inside a scratch folder: MuJoCo's model compiler drops a
+        # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as scratch:
+            os.chdir(scratch)
+            try:
+                env = gym.make(env_id)
+                continuous = isinstance(env.action_space, gym.spaces.Box)
+                env.close()
+            except Exception as e:  # a missing dependency (MuJoCo, Box2D) can fail in many ways
+                fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
+            finally:
+                os.chdir(cwd)
         fail(f"{env_id} is not an Atari game: use {'ppo_continuous.py' if continuous else 'ppo_discrete.py'}")
     if spec.kwargs.get("obs_type", "rgb") != "rgb":
         fail(f"{env_id} observes {spec.kwargs['obs_type']}; this script needs the screen (obs_type rgb)")

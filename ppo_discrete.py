@@ -11,6 +11,7 @@ Huang et al., "The 37 Implementation Details of PPO" (2022); search for them.
 import os
 import random
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
@@ -240,10 +241,17 @@ def check_env(env_id):
     """Fail early unless env_id is a registered env with Discrete actions and flat Box observations."""
     if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
         fail(f"{env_id} is an Atari game: use ppo_atari.py")
-    try:
-        env = gym.make(env_id)
-    except (gym.error.Error, ImportError) as e:
-        fail(f"unknown or unavailable env id '{env_id}': {e}")
+    # The env is made once to read its spaces, inside a scratch folder: MuJoCo's model compiler drops a
+    # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)
+        try:
+            env = gym.make(env_id)
+        except (gym.error.Error, ImportError) as e:
+            fail(f"unknown or unavailable env id '{env_id}': {e}")
+        finally:
+            os.chdir(cwd)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if isinstance(act_space, gym.spaces.Box):

@@ -656,6 +656,7 @@ def bad_cases(base, tmp_path_factory):
         "changed_hyperparameter": (["--resume", real, "--learning-rate", 0.1], ["--learning-rate", "0.1"]),
         "incomplete_checkpoint": (["--resume", incomplete], []),
         "atari_env": (["--env-id", "BreakoutNoFrameskip-v4", *TINY], ["ppo_atari.py"]),
+        "mujoco_env": (["--env-id", "HalfCheetah-v4", *TINY], ["HalfCheetah-v4", "ppo_continuous.py"]),
         "zero_threads": (["--threads", 0, *TINY], ["--threads"]),
         "one_sample_minibatches": (["--num-envs", 2, "--num-steps", 4, "--num-minibatches", 8], ["--no-norm-adv"]),
         "default_env_given_explicitly": (["--resume", other_env, "--env-id", "CartPole-v1"], ["Acrobot-v1"]),
@@ -678,8 +679,8 @@ BAD_CASES = [
     "continuous_env", "unknown_env", "minibatches_do_not_divide", "total_below_one_rollout",
     "missing_checkpoint_resume", "missing_checkpoint_eval", "corrupt_checkpoint_resume", "corrupt_checkpoint_eval",
     "foreign_checkpoint_resume", "foreign_checkpoint_eval", "other_env_resume", "other_env_eval",
-    "changed_hyperparameter", "incomplete_checkpoint", "atari_env", "zero_threads", "one_sample_minibatches",
-    "default_env_given_explicitly", "checkpoint_from_older_version",
+    "changed_hyperparameter", "incomplete_checkpoint", "atari_env", "mujoco_env", "zero_threads",
+    "one_sample_minibatches", "default_env_given_explicitly", "checkpoint_from_older_version",
 ]
 # The same checks through a real process (exit status, stderr) for one case of each kind: env, checkpoint, resume.
 SUBPROCESS_CASES = ["continuous_env", "corrupt_checkpoint_eval", "changed_hyperparameter"]
@@ -696,6 +697,8 @@ def test_bad_input_fails_with_one_error_line(bad_cases, case, tmp_path, monkeypa
     args, must_mention = bad_cases[case]
     code, err, out = run_main_in_process(args, tmp_path, monkeypatch, capsys)
     check_bad_input(code, err, out, tmp_path, must_mention)
+    # nothing at all is written (MuJoCo's compiler would drop a MUJOCO_LOG.TXT for HalfCheetah-v4)
+    assert list(tmp_path.iterdir()) == []
 
 
 
