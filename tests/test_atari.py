@@ -248,6 +248,40 @@ def test_logged_game_score_is_the_unclipped_sum_over_the_whole_game():
     check_game_scores(*play_until_games_end(envs, raw_rewards, 2))
 
 
+def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
+    # Tap the raw emulator of the env that evaluate() makes: a real reset starts a game, every raw reward adds to it.
+    games, make_env = [], pa.make_env
+
+    def tapped_make_env(*args):
+        thunk = make_env(*args)
+
+        def make_tapped():
+            env = thunk()
+            raw = env.unwrapped
+            reset, step = raw.reset, raw.step
+
+            def recording_reset(**kwargs):
+                games.append(0.0)
+                return reset(**kwargs)
+
+            def recording_step(action):
+                result = step(action)
+                games[-1] += float(result[1])
+                return result
+
+            raw.reset, raw.step = recording_reset, recording_step
+            return env
+
+        return make_tapped
+
+    monkeypatch.setattr(pa, "make_env", tapped_make_env)
+    torch.manual_seed(0)
+    agent = pa.Agent(gym.make(INVADERS).action_space.n)  # untrained: plays about at random, loses all lives
+    scores = pa.evaluate(agent, INVADERS, 2, False, 3, torch.device("cpu"), 0.0)
+    assert len(scores) == 2 and scores == games[:2]  # each score is one whole game's unclipped reward sum
+    assert max(scores) > 5  # Space Invaders pays 5 to 30 a hit: the rewards were not clipped to 1
+
+
 def test_ale_vector_path_agrees_with_the_wrappers():
     wrappers = gym.vector.SyncVectorEnv([pa.make_env(INVADERS, i, False, "", 0.0) for i in range(2)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
