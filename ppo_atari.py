@@ -332,7 +332,8 @@ class AleVectorGameScore(gym.vector.VectorWrapper):
 def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
     """ale-py's C++ vector env with the details above by name. Differences from the wrappers, all minor:
     life loss only sets terminated (episodic_life=True would reset the whole game at every lost life), so
-    neither FIRE nor a fresh frame stack follows a lost life; and a new game's stack is padded with zeros."""
+    neither FIRE nor a fresh frame stack follows a lost life; a new game's stack is padded with zeros; and
+    its no-op start draws 0..29 no-ops where NoopReset draws 1..30."""
     spec = gym.spec(env_id)
     return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
         game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,

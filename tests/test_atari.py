@@ -312,6 +312,26 @@ def test_ale_vector_path_agrees_with_the_wrappers():
     check_game_scores(*play_until_games_end(ale, raw_rewards, 2))
 
 
+@pytest.mark.parametrize("path", ["wrappers", "ale-vector"])
+def test_v5_ids_skip_4_frames_once_and_keep_sticky_actions(path):
+    # ALE/*-v5 ids skip 4 frames and repeat actions with probability 0.25 by themselves: the script must make
+    # them with frameskip=1 (or the skip would apply twice: 16 frames a step) and keep the 0.25.
+    if path == "wrappers":
+        env = pa.make_env("ALE/Breakout-v5", 0, False, "", 0.25)()
+        calls = tap(env)
+        env.reset(seed=0)
+        calls.clear()
+        env.step(0)
+        assert len(calls) == 4  # emulator steps of one frame each
+        assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    else:
+        envs = pa.make_ale_vector_env("ALE/Breakout-v5", 1, 0.25)
+        _, info = envs.reset(seed=0)
+        start = int(info["episode_frame_number"][0])
+        _, _, _, _, info = envs.step(np.zeros(1, dtype=int))
+        assert int(info["episode_frame_number"][0]) - start == 4
+
+
 # ----------------------------------------------------------------------------------------------
 # End to end: train (both paths) -> checkpoint -> evaluate -> resume
 # ----------------------------------------------------------------------------------------------
@@ -319,13 +339,23 @@ def test_ale_vector_path_agrees_with_the_wrappers():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    cwds = [tmp_path_factory.mktemp(name) for name in ("wrappers", "ale_vector", "repeat")]
+    cwds = [tmp_path_factory.mktemp(name) for name in ("wrappers", "ale_vector", "repeat", "v5")]
     results = run_scripts([
         (SCRIPT, [*TINY, "--save-model", "--capture-video"], cwds[0]),
         (SCRIPT, [*TINY, "--save-model", "--env-path", "ale-vector"], cwds[1]),
         (SCRIPT, TINY, cwds[2]),  # the first run again, without video
+        (SCRIPT, [*TINY, "--save-model", "--env-id", "ALE/Breakout-v5"], cwds[3]),
     ])
-    return dict(zip(["wrappers", "ale-vector", "repeat"], zip(results, cwds)))
+    return dict(zip(["wrappers", "ale-vector", "repeat", "v5"], zip(results, cwds)))
+
+
+def test_v5_run_records_its_sticky_actions(trained):
+    result, cwd = trained["v5"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    assert run_dir.name.startswith("ALE_Breakout-v5__")  # the id's "/" does not nest the run directory
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["args"]["env_id"] == "ALE/Breakout-v5" and ckpt["args"]["repeat_action_probability"] == 0.25
 
 
 @pytest.mark.parametrize("path", ["wrappers", "ale-vector"])
