@@ -6,8 +6,9 @@
     python benchmarks/compare.py --help
 
 What is read. Every directory holding `events.out.tfevents.*` files is a run. Its name, as the scripts make
-it, is `{env_id}__{exp_name}__{seed}__{unix_time}` under a `runs/` directory (an env id with a `/`, like
-`ALE/Breakout-v5`, adds one directory level). The exp_name is the *variant*. The *script* comes from the
+it, is `{env_id}__{exp_name}__{seed}__{unix_time}` under a `runs/` directory (the scripts write the `/` of an
+id like `ALE/Breakout-v5` as `_`; a name that keeps it, as CleanRL's do, adds a directory level and is read
+too). The exp_name is the *variant*. The *script* comes from the
 layout of benchmarks/sweep.sh, `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`; runs outside that
 layout (a plain `runs/` directory) are attributed to `--script`. Runs of the same script, env and variant are
 one group; their seeds are the samples. Sweep runs without the sweep's `done` marker (still running,
@@ -182,7 +183,7 @@ class Run:
 def locate(run_dir, default_script):
     """Run name, script and sweep seed directory (None outside a sweep layout) of an event directory."""
     parts = run_dir.parts
-    # The run name is the path below the nearest `runs/` (env ids with a '/' add a level).
+    # The run name is the path below the nearest `runs/` (CleanRL's names keep an env id's '/': one more level).
     for depth in (1, 2):
         if len(parts) > depth and parts[-depth - 1] == "runs":
             name = "/".join(parts[-depth:])

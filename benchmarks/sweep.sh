@@ -45,7 +45,8 @@ Options:
 Slurm mode (one array task per env x seed that is not done yet; prints the job id and returns):
       --slurm               submit to Slurm with sbatch instead of running locally
       --slurm-max-parallel N  at most N tasks at once (--array=...%N; default: no limit)
-      --slurm-cpus N        CPUs per task (default 1; OMP_NUM_THREADS is set to it)
+      --slurm-cpus N        CPUs per task (default 1; OMP_NUM_THREADS is set to it; the scripts still use
+                            one torch thread unless given --threads N after --)
       --slurm-time T        time limit per task, e.g. 02:00:00 (default: the partition's)
       --slurm-output PAT    stdout/stderr file of each task (default: OUTDIR/SCRIPT/VARIANT/slurm/%x-%A_%a.out)
       --slurm-partition P   partition to submit to
@@ -60,7 +61,7 @@ Examples:
   benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1,Acrobot-v1,MountainCar-v0 -n 3
   benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1 -n 3 -v noclip -- --clip-coef 100
   benchmarks/sweep.sh -s ppo_atari.py -e BreakoutNoFrameskip-v4 --seeds 1,2,3 --slurm \
-      --slurm-cpus 8 --slurm-time 08:00:00 --slurm-max-parallel 6
+      --slurm-cpus 8 --slurm-time 08:00:00 --slurm-max-parallel 6 -- --threads 8
   python benchmarks/compare.py benchmarks/sweeps      # tables and plots of what the sweeps wrote
 EOF
 }
@@ -166,13 +167,19 @@ is_int() { [[ "$1" =~ ^[0-9]+$ ]]; }
     die "bad --variant '$variant': use letters, digits, '.', '_', '-' (no '__', which separates run-name fields)"
 is_int "$jobs" && [ "$jobs" -ge 1 ] || die "--jobs must be a positive integer"
 is_int "$slurm_cpus" && [ "$slurm_cpus" -ge 1 ] || die "--slurm-cpus must be a positive integer"
-[ -z "$slurm_max" ] || is_int "$slurm_max" || die "--slurm-max-parallel must be a positive integer"
+[ -z "$slurm_max" ] || { is_int "$slurm_max" && [ "$slurm_max" -ge 1 ]; } ||
+    die "--slurm-max-parallel must be a positive integer"
 if [ ${#seeds[@]} -eq 0 ]; then
     is_int "$num_seeds" && [ "$num_seeds" -ge 1 ] || die "--num-seeds must be a positive integer"
     is_int "$seed_start" || die "--seed-start must be a non-negative integer"
     for ((i = 0; i < num_seeds; i++)); do seeds+=($((seed_start + i))); done
 fi
 for s in "${seeds[@]}"; do is_int "$s" || die "bad seed '$s'"; done
+# Two runs of the same env and seed would share one directory, each wiping the other's files.
+dup=$(printf '%s\n' "${seeds[@]}" | sort | uniq -d | head -n 1)
+[ -z "$dup" ] || die "seed $dup is given twice"
+dup=$(printf '%s\n' "${env_ids[@]//\//_}" | sort | uniq -d | head -n 1)
+[ -z "$dup" ] || die "env id $dup is given twice"
 command -v "$python" >/dev/null 2>&1 || die "python interpreter not found: $python (use --python)"
 
 script_abs="$(cd "$(dirname "$script")" && pwd)/$(basename "$script")"

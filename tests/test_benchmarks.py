@@ -209,12 +209,16 @@ def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
     (seed_dir / "done").write_text("")
     rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
     assert rc == 0 and "| CartPole-v1 | v | 1 | 3.00 ± 0.00 |" in out and "unfinished" not in err
-    # An env id with a '/' adds a directory level below runs/; the sweep's env directory replaces it by '_'.
+    # The scripts and the sweep write the '/' of an env id as '_'.
     ale = tmp_path / "sweeps" / "ppo_atari" / "v" / "ALE_Breakout-v5" / "seed3"
-    write_run(ale / "runs" / "ALE" / "Breakout-v5__v__3__100", returns=[4.0, 6.0])
+    write_run(ale / "runs" / "ALE_Breakout-v5__v__3__100", returns=[4.0, 6.0])
     (ale / "done").write_text("")
     rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
-    assert rc == 0 and "## ppo_atari" in out and "| ALE/Breakout-v5 | v | 1 | 5.00 ± 0.00 |" in out
+    assert rc == 0 and "## ppo_atari" in out and "| ALE_Breakout-v5 | v | 1 | 5.00 ± 0.00 |" in out
+    # CleanRL's run names keep the '/', which adds a directory level below runs/.
+    write_run(tmp_path / "cleanrl" / "runs" / "ALE" / "Pong-v5__ppo_atari__1__100", returns=[-20.0, -18.0])
+    rc, out, err = run_compare(tmp_path / "cleanrl", "--script", "cleanrl", "--no-plots")
+    assert rc == 0 and "| ALE/Pong-v5 | ppo_atari | 1 | -19.00 ± 0.00 |" in out, out + err
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,9 +247,15 @@ def test_sweep_runs_in_parallel_and_reports_failures(local_sweep):
         assert first.startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
         assert f"{SCRIPT} --env-id CartPole-v1 --seed {seed} --exp-name default --no-progress " \
                "--total-timesteps 1024 --num-envs 2 --num-steps 128" in first
-    # -j 2: the two CartPole runs ran at the same time.
+    # -j 2: the two CartPole runs ran at the same time ...
     (s1, f1), (s2, f2) = (done_info(vdir / "CartPole-v1" / f"seed{s}") for s in (1, 2))
     assert max(s1, s2) < min(f1, f2)
+    # ... and never more than two ran at once (a start is printed before a run begins, its end after it exits).
+    running, most = 0, 0
+    for line in r.stdout.splitlines():
+        running += ("] start " in line) - line.startswith(("sweep.sh: finished ", "sweep.sh: FAILED "))
+        most = max(most, running)
+    assert most == 2 and running == 0, r.stdout
     for seed in (1, 2):
         d = vdir / "NoSuchEnv-v0" / f"seed{seed}"
         assert not (d / "done").exists()
@@ -276,6 +286,13 @@ def test_sweep_usage_errors(local_sweep):
     assert r.returncode == 2 and "no such script" in r.stderr
     r = sweep("--bogus")
     assert r.returncode == 2 and "unknown option" in r.stderr
+    # the same env and seed twice would share one run directory
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2,1", "-o", out, "--dry-run")
+    assert r.returncode == 2 and "seed 1 is given twice" in r.stderr
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1,Acrobot-v1,CartPole-v1", "-o", out, "--dry-run")
+    assert r.returncode == 2 and "env id CartPole-v1 is given twice" in r.stderr
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--slurm", "--slurm-max-parallel", "0", "-o", out, "--dry-run")
+    assert r.returncode == 2 and "--slurm-max-parallel must be a positive integer" in r.stderr
     r = sweep("--help")
     assert r.returncode == 0 and "Usage:" in r.stdout and "--slurm-max-parallel" in r.stdout
 
