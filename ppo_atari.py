@@ -14,8 +14,8 @@ charts/episodic_return is the real game score: a whole game, all lives, unclippe
     python ppo_atari.py --help
 """
 
+import contextlib
 import os
-import random
 import sys
 import tempfile
 import time
@@ -428,17 +428,13 @@ def check_env(env_id):
     if spec.entry_point != "ale_py.env:AtariEnv":
         # Made once to name the right script, inside a scratch folder: MuJoCo's model compiler drops a
         # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
-        cwd = os.getcwd()
-        with tempfile.TemporaryDirectory() as scratch:
-            os.chdir(scratch)
+        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
             try:
                 env = gym.make(env_id)
                 continuous = isinstance(env.action_space, gym.spaces.Box)
                 env.close()
             except Exception as e:  # a missing dependency (MuJoCo, Box2D) can fail in many ways
                 fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
-            finally:
-                os.chdir(cwd)
         fail(f"{env_id} is not an Atari game: use {'ppo_continuous.py' if continuous else 'ppo_discrete.py'}")
     if spec.kwargs.get("obs_type", "rgb") != "rgb":
         fail(f"{env_id} observes {spec.kwargs['obs_type']}; this script needs the screen (obs_type rgb)")
@@ -490,12 +486,10 @@ def load_checkpoint(path, args):
 
 def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration):
     """Write atomically: a kill during the write leaves the previous checkpoint intact."""
-    np_state = np.random.get_state()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-                "numpy": [np_state[1].tolist(), int(np_state[2])],
+        "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
@@ -575,9 +569,8 @@ def main():
     num_iterations = args.total_timesteps // batch_size
     ckpt_path = f"runs/{run_name}/checkpoint.pt"
 
-    # Seeding: python, numpy and torch here; each env gets seed + its index at its first reset.
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
+    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
@@ -605,8 +598,6 @@ def main():
         torch.set_rng_state(ckpt["rng"]["torch"])
         if ckpt["rng"].get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        random.setstate((3, tuple(ckpt["rng"]["python"]), None))
-        np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
 
     if args.track:
         import wandb

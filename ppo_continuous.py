@@ -9,7 +9,6 @@ the implementation details of Huang et al., "The 37 Implementation Details of PP
 """
 
 import os
-import random
 import sys
 import time
 from collections import deque
@@ -351,13 +350,11 @@ def load_checkpoint(path, args):
 
 def save_checkpoint(path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, iteration):
     """Write atomically: a kill during the write leaves the previous checkpoint intact."""
-    np_state = np.random.get_state()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-                "numpy": [np_state[1].tolist(), int(np_state[2])],
+        "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
@@ -450,9 +447,8 @@ def main():
     num_iterations = args.total_timesteps // batch_size
     ckpt_path = f"runs/{run_name}/checkpoint.pt"
 
-    # Seeding: python, numpy and torch here; each env gets seed + its index at its first reset.
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
+    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
@@ -478,8 +474,6 @@ def main():
         torch.set_rng_state(ckpt["rng"]["torch"])
         if ckpt["rng"].get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        random.setstate((3, tuple(ckpt["rng"]["python"]), None))
-        np.random.set_state(("MT19937", np.array(ckpt["rng"]["numpy"][0], dtype=np.uint32), ckpt["rng"]["numpy"][1]))
 
     if args.track:
         import wandb

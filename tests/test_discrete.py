@@ -701,7 +701,6 @@ def test_bad_input_fails_with_one_error_line(bad_cases, case, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []
 
 
-
 def test_track_works_offline(tmp_path):
     """--track with WANDB_MODE=offline (no network) logs locally and exits cleanly."""
     result = run_script(SCRIPT, "--track", "--total-timesteps", 256, "--num-envs", 2, "--num-steps", 128,
