@@ -10,7 +10,7 @@ and keeps its own sticky-action default (NoFrameskip-v4: 0, ALE/*-v5: 0.25) unle
 charts/episodic_return is the real game score: a whole game, all lives, unclipped rewards.
 
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
-    python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env, same details, faster
+    python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env, same details, faster stepping
     python ppo_atari.py --help
 """
 
@@ -81,7 +81,7 @@ class Args:
     """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
     env_path: Literal["wrappers", "ale-vector"] = "wrappers"
     """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
-    vector env configured with the same details (faster; see make_ale_vector_env for what differs)"""
+    vector env configured with the same details (faster stepping; see make_ale_vector_env for what differs)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
     0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
