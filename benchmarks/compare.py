@@ -9,9 +9,12 @@ What is read. Every directory holding `events.out.tfevents.*` files is a run. It
 it, is `{env_id}__{exp_name}__{seed}__{unix_time}` under a `runs/` directory (the scripts write the `/` of an
 id like `ALE/Breakout-v5` as `_`; a name that keeps it, as CleanRL's do, adds a directory level and is read
 too). The exp_name is the *variant*. The *script* comes from the
-layout of benchmarks/sweep.sh, `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`; runs outside that
-layout (a plain `runs/` directory) are attributed to `--script`. Runs of the same script, env and variant are
-one group; their seeds are the samples. Sweep runs without the sweep's `done` marker (still running,
+layout of benchmarks/sweep.sh, `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`; outside that layout
+(a plain `runs/` directory) from what the run itself says: the `hyperparameters` text each script logs lists
+its arguments, and only ppo_atari.py has `env_path`, only ppo_continuous.py has `norm_obs`, and of the rest
+only ppo_discrete.py has `eval_greedy`; failing that, an exp_name that is one of the script names (their
+default); failing that, `--script`. Runs of the same script, env and variant are one group; their seeds are
+the samples. Sweep runs without the sweep's `done` marker (still running,
 interrupted, failed) are left out unless --include-unfinished. If one (script, env, variant, seed) appears
 twice, the newest run is used.
 
@@ -20,16 +23,25 @@ What is computed, following the field's convention (CleanRL; Huang et al. 2022) 
 - per run: the mean of the last 100 training episodes' `charts/episodic_return` (--window);
 - per group: mean +- population std (ddof=0) over seeds, as CleanRL and the PPO papers report; and the
   interquartile mean (scipy.stats.trim_mean, 25% cut at each end) with a 95% percentile-bootstrap
-  confidence interval (scipy.stats.bootstrap);
+  confidence interval (scipy.stats.bootstrap). With 2 seeds or fewer the table gives no interval
+  ("n/a: 2 seeds"): resampling two values can only return them, so the interval would mean nothing;
 - between a variant X and the baseline Y on one env: the probability of improvement P(X > Y), the
   Mann-Whitney U statistic over all pairs of seeds divided by their number (ties count one half;
-  scipy.stats.mannwhitneyu), with a 95% bootstrap interval; its mean over envs is the overall figure.
+  scipy.stats.mannwhitneyu), with a 95% bootstrap interval (none when either side has 2 seeds or fewer); its
+  mean over envs is the overall figure.
+
+Published figures (CleanRL, openai/baselines ppo2; see PUBLISHED) stand beside ours. One from a longer budget
+is marked with it ("(at 10M)"). An env version with no published figure (Hopper-v5) gets the nearest
+published version's figure, marked with that version ("(v4)"); the plots draw the published line only for
+the same env id at a matching budget, so such figures stay in the table.
 
 Written to --out (default: the first log dir's `report/`): `comparison.md` (also printed) and, per script,
 `{script}_steps.png` and `{script}_time.png`: return against environment steps and against wall time, one
 panel per env, one line per variant. A line is the mean over seeds of each run's trailing mean of the last
---window episodes (so its end is the table's figure), read off on a common grid of steps (or seconds) that
-stops where the shortest seed stops; the band is the 95% bootstrap confidence interval of that mean.
+--window episodes (so its end is the table's figure), read off on a grid of steps (or seconds) of its own
+that spans the range all its seeds cover (from the latest first episode to where the shortest seed stops),
+so a short variant is drawn however long the others are; the band is the 95% bootstrap confidence interval
+of that mean (none with 2 seeds or fewer).
 Wall time is measured from the moment the run opened its event file.
 """
 
@@ -78,6 +90,13 @@ PUBLISHED_NOTES = {
     "HalfCheetah-v4": "HalfCheetah is very seed-sensitive: an earlier CleanRL table had 2905.85 ± 1129.37.",
 }
 SOURCES = ["CleanRL", "ppo2"]
+# A bootstrap interval needs at least this many seeds to say anything: from two, resampling can only return
+# those two values, so the interval would just restate them.
+MIN_SEEDS_FOR_CI = 3
+# The scripts, each with an argument only it logs in its `hyperparameters` text (checked in this order:
+# ppo_atari.py also has eval_greedy). A run outside a sweep layout is filed under the script it names.
+SCRIPT_MARKERS = [("ppo_atari", "env_path"), ("ppo_continuous", "norm_obs"), ("ppo_discrete", "eval_greedy")]
+HPARAMS_TAG = "hyperparameters/text_summary"  # where SummaryWriter.add_text("hyperparameters", ...) goes
 
 
 class CompareError(Exception):
@@ -203,13 +222,31 @@ def locate(run_dir, default_script):
     return parsed, script, seed_dir
 
 
+def script_from_run(hparams, variant):
+    """The script a run came from, by what the run says (None if it says nothing we know): the arguments in
+    its `hyperparameters` text, else an exp_name left at its default, the script's name."""
+    # The text is a markdown table, one `|name|value|` row per argument.
+    names = {row.split("|")[1].strip() for row in hparams.splitlines() if row.count("|") >= 3}
+    for script, marker in SCRIPT_MARKERS:
+        if marker in names:
+            return script
+    if variant in {script for script, _ in SCRIPT_MARKERS}:
+        return variant
+    return None
+
+
 def load_events(run_dir):
-    """(episode scalar events, SPS events, first event time, last event time) of one run directory."""
+    """(episode scalar events, SPS events, first event time, last event time, hyperparameters text) of one
+    run directory."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every point
     acc.Reload()
     tags = acc.Tags().get("scalars", [])
+    hparams = ""
+    if HPARAMS_TAG in acc.Tags().get("tensors", []):
+        texts = acc.Tensors(HPARAMS_TAG)[0].tensor_proto.string_val
+        hparams = texts[0].decode("utf-8", "replace") if texts else ""
     episodes = acc.Scalars(RETURN_TAG) if RETURN_TAG in tags else []
     sps = acc.Scalars(SPS_TAG) if SPS_TAG in tags else []
     last = max([e.wall_time for tag in tags for e in acc.Scalars(tag)[-1:]], default=math.nan)
@@ -217,7 +254,7 @@ def load_events(run_dir):
         first = acc.FirstEventTimestamp()
     except ValueError:
         first = math.nan
-    return episodes, sps, first, last
+    return episodes, sps, first, last, hparams
 
 
 def find_runs(logdirs, default_script="runs", include_unfinished=False):
@@ -245,13 +282,15 @@ def find_runs(logdirs, default_script="runs", include_unfinished=False):
             unfinished.append(run_dir)
             continue
         try:
-            episodes, sps, first, last = load_events(run_dir)
+            episodes, sps, first, last, hparams = load_events(run_dir)
         except Exception as e:  # a truncated or corrupt event file
             warn(f"skipping {run_dir}: cannot read its events ({type(e).__name__}: {e})")
             continue
         if not episodes:
             warn(f"skipping {run_dir}: no {RETURN_TAG} values (it did not finish a single episode)")
             continue
+        if seed_dir is None:  # not in a sweep layout: the run's own record names its script
+            script = script_from_run(hparams, variant) or default_script
         steps = np.array([e.step for e in episodes], dtype=np.int64)
         run = Run(
             path=run_dir, script=script, env=env, variant=variant, seed=seed, start=start, steps=steps,
@@ -298,18 +337,19 @@ def on_grid(x, y, grid):
     return out
 
 
-def group_curve(runs, axis, grid, window, resamples, seed):
-    """(grid, mean, low, high) of a group on its common range of `grid`, or None if they share none."""
+def group_curve(runs, axis, grid_points, window, resamples, seed):
+    """(grid, mean, low, high) of a group on a grid of its own over the range all its seeds cover, or None if
+    they share none. The grid is the group's, not the env's, so a short group is not squeezed off the plot by
+    a long one. low and high are None with fewer than MIN_SEEDS_FOR_CI seeds."""
     xs = [r.steps if axis == "steps" else r.times for r in runs]
-    lo = max(x[0] for x in xs)
+    lo = max(x[0] for x in xs)  # before this some seed has no episode yet
     hi = min((r.total_steps if axis == "steps" else r.wall_time) for r in runs)
-    keep = (grid >= lo) & (grid <= hi)
-    if keep.sum() < 2:
+    if hi < lo:
         return None
-    g = grid[keep]
+    g = np.linspace(lo, hi, grid_points) if hi > lo else np.array([lo], dtype=float)  # one point: a dot
     ys = np.stack([on_grid(x, trailing_mean(r.returns, window), g) for x, r in zip(xs, runs)])
     mean = ys.mean(axis=0)
-    if len(runs) < 2:
+    if len(runs) < MIN_SEEDS_FOR_CI:
         return g, mean, None, None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # constant columns (e.g. MountainCar at -200) are fine: low = high
@@ -365,14 +405,45 @@ def published_budget_matches(env, steps):
     return steps >= 0.9 * PUBLISHED_STEPS.get(env, 0)
 
 
+ENV_VERSION = re.compile(r"^(?P<name>.+)-v(?P<version>\d+)$")
+
+
+def published_env(env, source):
+    """The env id whose published `source` figure stands for `env`: env itself if it has one, else the
+    nearest other version of the same env (Hopper-v5 -> Hopper-v4; the higher one on a tie), else None."""
+    if source in PUBLISHED.get(env, {}):
+        return env
+    m = ENV_VERSION.match(env)
+    if m is None:
+        return None
+    others = [(abs(int(o["version"]) - int(m["version"])), -int(o["version"]), key) for key in PUBLISHED
+              if source in PUBLISHED[key] and (o := ENV_VERSION.match(key)) and o["name"] == m["name"]]
+    return min(others)[2] if others else None
+
+
 def fmt_published(env, source, steps=None):
-    entry = PUBLISHED.get(env, {}).get(source)
-    if entry is None:
+    """The published figure beside `env`, marked with its budget when longer than `steps` and with its env
+    version when it is not `env`'s own (a figure that already names its version, ppo2's v2, keeps that)."""
+    key = published_env(env, source)
+    if key is None:
         return ""
+    entry = PUBLISHED[key][source]
     text = f"{entry[0]:.2f} ± {entry[1]:.2f}"
-    if steps is not None and not published_budget_matches(env, steps):
-        text += f" (at {fmt_steps(PUBLISHED_STEPS[env])})"
-    return text + (f" ({entry[2]})" if len(entry) > 2 else "")
+    if steps is not None and not published_budget_matches(key, steps):
+        text += f" (at {fmt_steps(PUBLISHED_STEPS[key])})"
+    if len(entry) > 2:
+        text += f" ({entry[2]})"
+    elif key != env:
+        text += f" (v{ENV_VERSION.match(key)['version']})"
+    return text
+
+
+def fmt_ci(ci, n):
+    """' [low, high]' of a bootstrap interval, '' when there is none, and a note instead of one from
+    fewer than MIN_SEEDS_FOR_CI seeds (`n`: the smallest sample)."""
+    if n < MIN_SEEDS_FOR_CI:
+        return f" [n/a: {n} seed{'s' if n != 1 else ''}]"
+    return "" if not np.isfinite(ci[0]) else f" [{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
 def check_budgets(script, env, groups):
@@ -426,7 +497,7 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
             finals = {v: np.array([run_return(r.returns, window) for r in rs]) for v, rs in groups.items()}
             for v, rs in groups.items():
                 s = group_stats(finals[v], resamples, seed)
-                ci = "" if not np.isfinite(s.iqm_ci[0]) else f" [{fmt(s.iqm_ci[0])}, {fmt(s.iqm_ci[1])}]"
+                ci = fmt_ci(s.iqm_ci, s.n)
                 sps = [r.sps for r in rs if np.isfinite(r.sps)]
                 steps = int(np.median([r.total_steps for r in rs]))
                 lines.append(
@@ -439,9 +510,9 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
                 for v in finals:
                     if v == base:
                         continue
-                    p, (lo, hi) = poi_with_ci(finals[v], finals[base], resamples, seed)
+                    p, poi_ci = poi_with_ci(finals[v], finals[base], resamples, seed)
                     pois[v].append(p)
-                    ci = "" if not np.isfinite(lo) else f" [{fmt(lo)}, {fmt(hi)}]"
+                    ci = fmt_ci(poi_ci, min(len(finals[v]), len(finals[base])))
                     poi_rows.append(f"| {env} | {v} | {fmt(p)}{ci} | {len(finals[v])} vs {len(finals[base])} |")
         lines.append("")
         if poi_rows:
@@ -453,9 +524,18 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
                 if len(ps) > 1:
                     lines.append(f"| mean over {len(ps)} envs | {v} | {fmt(float(np.mean(ps)))} | |")
             lines.append("")
-        extra = [PUBLISHED_NOTES[e] for e in sorted(envs) if e in PUBLISHED_NOTES]
+        extra = [PUBLISHED_NOTES[k] for k in sorted({published_env(e, "CleanRL") for e in envs} - {None})
+                 if k in PUBLISHED_NOTES]
         if any(fmt_published(e, "ppo2").endswith("(v2)") for e in envs):
             extra.append("(v2): the published ppo2 MuJoCo runs used the v2 envs.")
+        for e in sorted(envs):
+            key = published_env(e, "CleanRL")
+            if key not in (None, e):
+                extra.append(f"{e}: nothing is published for this version; the figures beside it are "
+                             f"{key}'s, marked ({key.rsplit('-', 1)[1]}).")
+        if any(len(rs) < MIN_SEEDS_FOR_CI for groups in envs.values() for rs in groups.values()):
+            extra.append(f"[n/a: N seeds]: no bootstrap interval from fewer than {MIN_SEEDS_FOR_CI} seeds; "
+                         "resampling so few values can only restate them.")
         for n in notes + extra:
             lines.append(f"- {n}")
         if notes or extra:
@@ -483,18 +563,17 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
     scale, unit = (1, "s") if max(all_times) < 120 else (60, "min") if max(all_times) < 7200 else (3600, "h")
     for ax, env in zip(axes.flat, names):
         groups = envs[env]
-        end = max((r.total_steps if axis == "steps" else r.wall_time) for rs in groups.values() for r in rs)
-        grid = np.linspace(0, end, grid_points)
         for v in order:
             if v not in groups:
                 continue
-            curve = group_curve(groups[v], axis, grid, window, resamples, seed)
+            curve = group_curve(groups[v], axis, grid_points, window, resamples, seed)
             if curve is None:
                 warn(f"{script} / {env} / {v}: its seeds share no common range of {axis}; not plotted")
                 continue
             g, mean, low, high = curve
             x = g if axis == "steps" else g / scale
-            ax.plot(x, mean, color=colors[v], label=f"{v} ({len(groups[v])} seeds)")
+            ax.plot(x, mean, color=colors[v], marker="o" if len(x) == 1 else None,
+                    label=f"{v} ({len(groups[v])} seeds)")
             if low is not None:
                 ax.fill_between(x, low, high, color=colors[v], alpha=0.2, linewidth=0)
         longest = max(r.total_steps for rs in groups.values() for r in rs)

@@ -190,7 +190,8 @@ def test_compare_mismatched_step_grids(tmp_path):
     assert "different numbers of steps (5000, 10000)" in err
     assert "the variants trained for different numbers of steps" in err
     assert "| CartPole-v1 | default | 2 |" in out and "| CartPole-v1 | noclip | 2 |" in out
-    assert "| CartPole-v1 | noclip | 0.00 [0.00, 0.00] | 2 vs 2 |" in out  # 50 never beats 100
+    # 50 never beats 100; from 2 seeds a side the bootstrap interval would mean nothing, and says so
+    assert "| CartPole-v1 | noclip | 0.00 [n/a: 2 seeds] | 2 vs 2 |" in out
     assert (out_dir / "ppo_discrete_steps.png").stat().st_size > 10_000
     assert (out_dir / "ppo_discrete_time.png").stat().st_size > 10_000
 
@@ -219,6 +220,111 @@ def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
     write_run(tmp_path / "cleanrl" / "runs" / "ALE" / "Pong-v5__ppo_atari__1__100", returns=[-20.0, -18.0])
     rc, out, err = run_compare(tmp_path / "cleanrl", "--script", "cleanrl", "--no-plots")
     assert rc == 0 and "| ALE/Pong-v5 | ppo_atari | 1 | -19.00 ± 0.00 |" in out, out + err
+
+
+def write_script_run(run_dir, returns, hparams=None, steps=None):
+    """A run as the scripts log it, with torch's SummaryWriter: the `hyperparameters` text (a |param|value|
+    table of the given names) and one charts/episodic_return per episode."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir))
+    if hparams is not None:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|1|" for k in hparams))
+    steps = np.arange(1, len(returns) + 1) * 10 if steps is None else steps
+    for r, s in zip(returns, steps):
+        writer.add_scalar("charts/episodic_return", r, int(s))
+    writer.close()
+
+
+def args_fields(script):
+    """The argument names of a script's Args dataclass, read from its source (what its runs log)."""
+    import ast
+
+    tree = ast.parse((REPO / f"{script}.py").read_text())
+    args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args")
+    return [n.target.id for n in args.body if isinstance(n, ast.AnnAssign)]
+
+
+def test_compare_files_plain_runs_under_the_script_they_name(tmp_path):
+    runs = tmp_path / "runs"
+    # Each script's real argument list, under an exp_name that names nothing (as --exp-name bench did).
+    for script, env in (("ppo_discrete", "CartPole-v1"), ("ppo_continuous", "HalfCheetah-v4"),
+                        ("ppo_atari", "PongNoFrameskip-v4")):
+        write_script_run(runs / f"{env}__bench__1__100", [1.0, 3.0], hparams=args_fields(script))
+    # No hyperparameters text (as CleanRL's older runs), but the script's default exp_name.
+    write_script_run(runs / "Hopper-v4__ppo_continuous__1__100", [5.0])
+    # Nothing tells: --script.
+    write_script_run(runs / "Acrobot-v1__mine__1__100", [-90.0], hparams=["seed", "env_id"])
+    rc, out, err = run_compare(runs, "--script", "ppo_discrete", "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    sections = {part.split("\n", 1)[0]: part for part in out.split("## ")[1:]}
+    assert sorted(sections) == ["ppo_atari", "ppo_continuous", "ppo_discrete"]
+    assert "| CartPole-v1 | bench |" in sections["ppo_discrete"] and "| Acrobot-v1 | mine |" in sections["ppo_discrete"]
+    assert "| HalfCheetah-v4 | bench |" in sections["ppo_continuous"]
+    assert "| Hopper-v4 | ppo_continuous |" in sections["ppo_continuous"]
+    assert "| PongNoFrameskip-v4 | bench |" in sections["ppo_atari"]
+    assert "HalfCheetah" not in sections["ppo_discrete"] and "Pong" not in sections["ppo_discrete"]
+    # Each marker names one script only: the ones checked before it are absent from the later scripts.
+    fields = {script: set(args_fields(script)) for script, _ in compare.SCRIPT_MARKERS}
+    for i, (script, marker) in enumerate(compare.SCRIPT_MARKERS):
+        assert marker in fields[script]
+        assert all(marker not in fields[other] for other, _ in compare.SCRIPT_MARKERS[i + 1:])
+
+
+def test_compare_plots_each_group_on_its_own_range(tmp_path):
+    runs = tmp_path / "runs"
+    rng = np.random.default_rng(0)
+    for seed in (1, 2, 3):  # 500k steps, an episode every 500
+        write_run(runs / f"CartPole-v1__long__{seed}__100", returns=rng.normal(400, 10, 1000),
+                  steps=np.arange(1, 1001) * 500, sps_steps=[500_000])
+    for seed in (1, 2, 3):  # 1,000 steps, well under one point of a 200-point grid over 500k
+        write_run(runs / f"CartPole-v1__short__{seed}__100", returns=rng.normal(20, 2, 50),
+                  steps=np.arange(1, 51) * 20, sps_steps=[1_000])
+    rc, out, err = run_compare(runs, "--script", "ppo_discrete", "--out", tmp_path / "out", "--resamples", "100")
+    assert rc == 0, err
+    assert "not plotted" not in err
+    short = [r for r in compare.find_runs([runs]) if r.variant == "short"]
+    grid, mean, low, high = compare.group_curve(short, "steps", 50, 100, 100, 0)
+    assert (grid[0], grid[-1], len(grid)) == (20, 1_000, 50)  # its first episode to its end
+    np.testing.assert_allclose(mean[-1], np.mean([np.mean(r.returns) for r in short]))  # ends at the table's figure
+    assert low is not None and np.all(low <= mean) and np.all(mean <= high)
+    # Seeds that share a single step: one point, not nothing.
+    one = [r for r in short if r.seed == 1]
+    one[0].total_steps = int(one[0].steps[0])
+    one[0].steps, one[0].returns, one[0].times = one[0].steps[:1], one[0].returns[:1], one[0].times[:1]
+    assert len(compare.group_curve(one, "steps", 50, 100, 100, 0)[0]) == 1
+
+
+def test_compare_v5_envs_get_the_nearest_published_version(tmp_path):
+    assert compare.fmt_published("Hopper-v5", "CleanRL", 1_000_000) == "2382.86 ± 271.74 (v4)"
+    assert compare.fmt_published("Hopper-v5", "CleanRL", 500_000) == "2382.86 ± 271.74 (at 1M) (v4)"
+    assert compare.fmt_published("Hopper-v5", "ppo2", 1_000_000) == "2448.73 ± 596.13 (v2)"  # its own version
+    assert compare.fmt_published("Hopper-v4", "CleanRL", 1_000_000) == "2382.86 ± 271.74"  # no mark for its own
+    assert compare.fmt_published("HalfCheetah-v3", "CleanRL") == "1442.64 ± 46.03 (v4)"
+    assert compare.fmt_published("ALE/Pong-v5", "CleanRL") == ""  # another env, not another version
+    assert compare.fmt_published("Pendulum-v1", "CleanRL") == ""
+    for seed in (1, 2, 3):
+        write_run(tmp_path / "runs" / f"Hopper-v5__default__{seed}__100", returns=[2000.0 + seed],
+                  sps_steps=[1_000_000])
+    rc, out, err = run_compare(tmp_path, "--script", "ppo_continuous", "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("| Hopper-v5 | default | 3 |"))
+    assert row.endswith("| 1M | 2.78 h | 1000 | 2382.86 ± 271.74 (v4) | 2448.73 ± 596.13 (v2) |"), row
+    assert "Hopper-v5: nothing is published for this version; the figures beside it are Hopper-v4's" in out
+
+
+def test_compare_gives_no_interval_from_two_seeds(tmp_path):
+    for seed in (1, 2):
+        write_run(tmp_path / "runs" / f"CartPole-v1__default__{seed}__100", returns=[100.0 * seed])
+    for seed in (1, 2, 3):
+        write_run(tmp_path / "runs" / f"Acrobot-v1__default__{seed}__100", returns=[-80.0 - seed])
+    write_run(tmp_path / "runs" / "MountainCar-v0__default__1__100", returns=[-200.0])
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    assert "| CartPole-v1 | default | 2 | 150.00 ± 50.00 | 150.00 [n/a: 2 seeds] |" in out
+    assert "| MountainCar-v0 | default | 1 | -200.00 ± 0.00 | -200.00 [n/a: 1 seed] |" in out
+    assert "| Acrobot-v1 | default | 3 | -82.00 ± 0.82 | -82.00 [-83.00, -81.00] |" in out
+    assert "[n/a: N seeds]: no bootstrap interval from fewer than 3 seeds" in out
 
 
 # ----------------------------------------------------------------------------------------------
