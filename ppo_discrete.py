@@ -9,7 +9,10 @@ Huang et al., "The 37 Implementation Details of PPO" (2022); search for them.
 """
 
 import contextlib
+import math
 import os
+import re
+import signal
 import sys
 import tempfile
 import time
@@ -47,17 +50,23 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s of env 0's episodes under videos/{run_name}"""
+    """record mp4s of env 0's episodes under videos/{run_name} (gymnasium's schedule: episodes 0, 1, 8, 27, 64, ...,
+    the cubes, then every 1000th)"""
     progress: bool = True
-    """show a progress line (only when stdout is a terminal)"""
+    """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
+    progress_interval: float = 60.0
+    """seconds between the plain progress lines printed when stdout is not a terminal (a log file)"""
 
     # --- checkpoints and evaluation ---
     save_model: bool = False
-    """write runs/{run_name}/checkpoint.pt at the end of training"""
+    """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
     checkpoint_every: int = 0
     """also write it every N iterations (0: never)"""
+    checkpoint_minutes: float = 0.0
+    """also write it every M minutes of wall time (0: never); on a cluster, a kill then costs at most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint (hyperparameters come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
+    come from the checkpoint)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10
@@ -107,9 +116,11 @@ class Args:
     terminations, exactly like openai/baselines ppo2 and CleanRL"""
 
 
-# Fields a resumed run takes from its checkpoint; the others (logging, checkpoints) may change.
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,29 +278,51 @@ def flags_given():
 
 
 def check_args(args):
+    """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
+    def need(name, ok, allowed):
+        if not ok:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: it must be {allowed}")
+
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
+                 "threads"):
+        need(name, getattr(args, name) >= 1, ">= 1")
+    for name in ("seed", "checkpoint_every"):
+        need(name, getattr(args, name) >= 0, ">= 0")
+    for name in ("checkpoint_minutes", "progress_interval", "ent_coef"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) >= 0, ">= 0")
+    for name in ("learning_rate", "clip_coef", "vf_coef", "max_grad_norm"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0")
+    for name in ("gamma", "gae_lambda"):
+        need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
+    if args.target_kl is not None:
+        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
+        fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
+             "(not empty, no '/', no '__', which separates the fields of a run name)")
+    if args.eval_checkpoint and args.resume:
+        fail("--eval-checkpoint evaluates and --resume trains: give one of them")
     batch_size = args.num_envs * args.num_steps
-    if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
-        fail("--num-envs, --num-steps, --num-minibatches and --update-epochs must be at least 1")
     if batch_size % args.num_minibatches:
         fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
              "choose --num-minibatches that divides it")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.checkpoint_every < 0 or args.eval_episodes < 1 or args.threads < 1:
-        fail("--checkpoint-every must be >= 0, --eval-episodes and --threads >= 1")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
 
 
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a checkpoint file (a run's checkpoint is RUN_DIR/checkpoint.pt)")
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script, saved_env_id = ckpt["script"], ckpt["args"]["env_id"]
-    except Exception as e:  # a truncated or foreign file can fail in many ways
-        fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    except Exception as e:  # a truncated or foreign file can fail in many ways; torch's own advice does not apply
+        fail(f"cannot read checkpoint {path}: it is not a checkpoint of these scripts, or it is damaged "
+             f"({type(e).__name__})")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
     missing = set(HYPERPARAMETERS) - set(ckpt["args"])
@@ -300,8 +333,37 @@ def load_checkpoint(path, args):
     return ckpt
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration):
-    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+def merge_resumed_args(args, ckpt):
+    """A resumed run is the same run: it keeps the checkpoint's hyperparameters, and its checkpoint settings
+    unless the command line gives new ones."""
+    given = flags_given()
+    for name in HYPERPARAMETERS:
+        saved = ckpt["args"][name]
+        if name in given and getattr(args, name) != saved:
+            why = (" (its learning-rate schedule anneals over the budget, so a run cannot be extended: start a new "
+                   "run with the budget you want)" if name == "total_timesteps" else "")
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}: a resumed "
+                 f"run keeps the hyperparameters it was started with{why}")
+        setattr(args, name, saved)
+    for name in CHECKPOINT_SETTINGS:
+        if name not in given and name in ckpt["args"]:
+            setattr(args, name, ckpt["args"][name])
+    check_args(args)  # the merged settings, as they will run
+
+
+def resumed_run_dir(checkpoint_path, run_name):
+    """A checkpoint in its own run folder resumes there, from wherever it is started; a copy kept elsewhere
+    resumes into runs/{run_name} under the working directory."""
+    folder = os.path.dirname(os.path.abspath(checkpoint_path))
+    return folder if os.path.basename(folder) == run_name else os.path.join("runs", run_name)
+
+
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+    """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
+    even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
+    up to the checkpoint's step is on disk when the checkpoint says it was done."""
+    if writer is not None:
+        writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
@@ -309,8 +371,102 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
-    torch.save(ckpt, tmp)
+    with open(tmp, "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def checkpoint_due(args, iteration, last_saved_at):
+    """The periodic checkpoint: every --checkpoint-every iterations and/or every --checkpoint-minutes."""
+    if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+        return True
+    return bool(args.checkpoint_minutes) and time.time() - last_saved_at >= 60 * args.checkpoint_minutes
+
+
+class StopSignals:
+    """SIGTERM (`kill`; Slurm at a time limit or preemption), SIGINT (Ctrl-C) and SIGUSR1 (Slurm's --signal
+    warning) ask the training loop to stop at its next safe point: the handler only records the signal, and
+    the loop looks at it between env steps and after each update, then writes a checkpoint and exits. Slurm
+    signals every process of a job, so repeats are ignored while the stop is under way; a second Ctrl-C is a
+    person who will not wait, and exits at once (the last checkpoint on disk stays intact)."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum is None:
+            self.signum = signum
+        elif signum == signal.SIGINT:
+            os.write(2, b"second Ctrl-C: exiting at once; the last checkpoint written is kept\n")
+            os._exit(130)
+
+    def __bool__(self):
+        return self.signum is not None
+
+
+def fmt_duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
+    a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
+    goes and what it has reached."""
+
+    def __init__(self, enabled, interval, total_steps, start_step):
+        self.live = enabled and sys.stdout.isatty()
+        self.plain = enabled and not self.live
+        self.interval, self.total_steps = interval, total_steps
+        self.start_time, self.start_step, self.last_line = time.time(), start_step, None
+
+    def steps_per_second(self, global_step):
+        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def update(self, global_step, recent_returns):
+        mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+        sps = self.steps_per_second(global_step)
+        if self.live:
+            print(f"\rstep {global_step}/{self.total_steps}  {sps} steps/s  return(last 100) {mean_return}   ",
+                  end="", flush=True)
+        elif self.plain and (self.last_line is None or time.time() - self.last_line >= self.interval):
+            self.last_line = time.time()
+            print(f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
+                  f"{sps} steps/s  return(last 100) {mean_return}  "
+                  f"elapsed {fmt_duration(time.time() - self.start_time)}", flush=True)
+
+    def end_line(self):
+        if self.live:
+            print()
+
+
+def announce_start(args, run_dir, device, steps, start_step):
+    """One line that says what the run is doing, for whoever reads its log later."""
+    rounded = "" if steps == args.total_timesteps else (
+        f" (--total-timesteps {args.total_timesteps} rounded down to whole rollouts of "
+        f"{args.num_envs * args.num_steps} steps)")
+    resumed = f", resuming at step {start_step}" if start_step else ""
+    print(f"{SCRIPT}: {args.env_id}, seed {args.seed}, {steps} steps{rounded} on {device}{resumed}; "
+          f"logs in {run_dir}", flush=True)
+
+
+def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
+    mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "- (no episode ended)"
+    saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
+    print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
+          f"({progress.steps_per_second(global_step)} steps/s); return(last 100) {mean_return}; "
+          f"logs in {run_dir}{saved}", flush=True)
+
+
+def exit_after_signal(signum, step, ckpt_path):
+    """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
+    print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
+          f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
+    sys.exit(128 + signum)
 
 
 def evaluate(agent, env_id, episodes, greedy, seed, device):
@@ -359,25 +515,26 @@ def main():
         return
 
     if ckpt is not None:
-        for name in HYPERPARAMETERS:
-            saved = ckpt["args"][name]
-            if name in flags_given() and getattr(args, name) != saved:
-                fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
-                     "a resumed run keeps its hyperparameters")
-            setattr(args, name, saved)
-        check_args(args)  # the merged settings, as they will run
+        merge_resumed_args(args, ckpt)
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
+    if ckpt is not None:
         run_name = ckpt["run_name"]
+        run_dir = resumed_run_dir(args.resume, run_name)
+        if ckpt["iteration"] >= num_iterations:
+            print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
+                  f"to train. To train longer, start a new run with a larger --total-timesteps.")
+            return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
         video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        if os.path.exists(f"runs/{run_name}"):
-            fail(f"runs/{run_name} already exists; not overwriting it")
+        run_dir = os.path.join("runs", run_name)
+        if os.path.exists(run_dir):
+            fail(f"{run_dir} already exists; not overwriting it")
         video_dir = f"videos/{run_name}"
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = args.total_timesteps // batch_size
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    ckpt_path = os.path.join(run_dir, "checkpoint.pt")
 
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
     # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
@@ -409,13 +566,13 @@ def main():
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.tensorboard.patch(root_logdir=run_dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
                    name=run_name, id=run_name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -432,8 +589,9 @@ def main():
     next_obs_np, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=100)
-    show_progress = args.progress and sys.stdout.isatty()
-    start_time, start_step = time.time(), global_step
+    progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
+    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
+    stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -444,6 +602,8 @@ def main():
 
         # --- rollout ---
         for step in range(args.num_steps):
+            if stop:
+                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
             global_step += args.num_envs
             obs[step] = next_obs
             with torch.inference_mode():
@@ -468,6 +628,9 @@ def main():
                     recent_returns.append(episodic_return)
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(info["episode"]["l"][i]), global_step)
+
+        if stop:
+            break
 
         # --- advantages ---
         with torch.inference_mode():
@@ -518,7 +681,8 @@ def main():
                 break
 
         # --- log ---
-        sps = int((global_step - start_step) / (time.time() - start_time))
+        completed = iteration
+        sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
@@ -529,22 +693,23 @@ def main():
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
-        if show_progress:
-            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            print(f"\rstep {global_step}/{args.total_timesteps}  {sps} steps/s  return(last 100) {mean_return}   ",
-                  end="", flush=True)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration)
+        progress.update(global_step, recent_returns)
+        if stop:
+            break
+        if checkpoint_due(args, iteration, last_saved_at):
+            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, writer)
+            last_saved_at = time.time()
 
-    if show_progress:
-        print()
-    if args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, num_iterations)
-        print(f"checkpoint saved to {ckpt_path}")
+    progress.end_line()
+    if stop or args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed * batch_size, completed, writer)
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
+    if stop:
+        exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
+    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
 
 
 if __name__ == "__main__":

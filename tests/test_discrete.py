@@ -5,8 +5,11 @@ videos/ relative to it). Independent runs are started together to keep the file 
 """
 
 import math
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import load_script, only_run_dir, read_scalars, run_script, run_scripts
+from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
 
 SCRIPT = "ppo_discrete"
 pd = load_script(SCRIPT)
@@ -582,10 +585,10 @@ def test_evaluate_checkpoint(followups, greedy):
 def test_resume_finished_run_exits_cleanly(base, followups):
     result, cwd = followups["resume_finished"]
     assert_ok(result)
-    # It continues the same run (same name), with nothing left to train.
-    run_dir = only_run_dir(cwd)
-    assert run_dir.name == base["run_dir"].name
-    assert not any(tag in read_scalars(run_dir) for tag in PER_ITERATION_TAGS)
+    # Nothing left to train: it says so, and writes nothing (no run folder here, no new events in the run's own).
+    assert "already finished" in result.stdout and "--total-timesteps" in result.stdout
+    assert not (cwd / "runs").exists()
+    assert len(list(base["run_dir"].glob("events.out.tfevents.*"))) == 1
 
 
 @pytest.fixture(scope="module")
@@ -661,6 +664,29 @@ def bad_cases(base, tmp_path_factory):
         "one_sample_minibatches": (["--num-envs", 2, "--num-steps", 4, "--num-minibatches", 8], ["--no-norm-adv"]),
         "default_env_given_explicitly": (["--resume", other_env, "--env-id", "CartPole-v1"], ["Acrobot-v1"]),
         "checkpoint_from_older_version": (["--resume", older], ["another version"]),
+        # [issue 9] every numeric setting range-checked before any work; [issue 12] names and modes
+        "gamma_above_one": (["--gamma", 1.5, *TINY], ["--gamma", "1.5", "[0, 1]"]),
+        "negative_lambda": (["--gae-lambda", -0.1, *TINY], ["--gae-lambda", "[0, 1]"]),
+        "negative_clip": (["--clip-coef", -0.2, *TINY], ["--clip-coef", "> 0"]),
+        "negative_learning_rate": (["--learning-rate", -1, *TINY], ["--learning-rate", "> 0"]),
+        "nan_learning_rate": (["--learning-rate", "nan", *TINY], ["--learning-rate"]),
+        "negative_ent_coef": (["--ent-coef", -0.01, *TINY], ["--ent-coef", ">= 0"]),
+        "zero_vf_coef": (["--vf-coef", 0, *TINY], ["--vf-coef", "> 0"]),
+        "zero_max_grad_norm": (["--max-grad-norm", 0, *TINY], ["--max-grad-norm"]),
+        "zero_target_kl": (["--target-kl", 0, *TINY], ["--target-kl"]),
+        "zero_epochs": (["--update-epochs", 0, *TINY], ["--update-epochs", ">= 1"]),
+        "zero_envs": (["--num-envs", 0, *TINY[:2]], ["--num-envs", ">= 1"]),
+        "negative_checkpoint_minutes": (["--checkpoint-minutes", -5, *TINY], ["--checkpoint-minutes"]),
+        "negative_progress_interval": (["--progress-interval", -1, *TINY], ["--progress-interval"]),
+        "zero_eval_episodes": (["--eval-episodes", 0, *TINY], ["--eval-episodes"]),
+        "negative_seed": (["--seed", -1, *TINY], ["--seed", ">= 0"]),
+        "nested_exp_name": (["--exp-name", "x/y", *TINY], ["--exp-name", "x/y"]),
+        "empty_exp_name": (["--exp-name", "", *TINY], ["--exp-name"]),
+        "exp_name_with_separator": (["--exp-name", "a__b", *TINY], ["--exp-name", "__"]),
+        "eval_and_resume": (["--eval-checkpoint", real, "--resume", real], ["--eval-checkpoint", "--resume"]),
+        "folder_as_checkpoint": (["--eval-checkpoint", files], ["folder"]),
+        "text_file_as_checkpoint": (["--eval-checkpoint", Path(__file__)], ["cannot read"]),
+        "extend_finished_run": (["--resume", real, "--total-timesteps", 1024], ["--total-timesteps", "new run"]),
     }
 
 
@@ -672,6 +698,7 @@ def check_bad_input(returncode, stderr, stdout, cwd, must_mention):
     assert len(lines) == 1 and lines[0].startswith("error:"), out
     for word in must_mention:
         assert word in lines[0], out
+    assert "weights_only" not in lines[0], out  # torch's unsafe advice is not the user's business
     assert not (Path(cwd) / "runs").exists(), out
 
 
@@ -681,6 +708,11 @@ BAD_CASES = [
     "foreign_checkpoint_resume", "foreign_checkpoint_eval", "other_env_resume", "other_env_eval",
     "changed_hyperparameter", "incomplete_checkpoint", "atari_env", "mujoco_env", "zero_threads",
     "one_sample_minibatches", "default_env_given_explicitly", "checkpoint_from_older_version",
+    "gamma_above_one", "negative_lambda", "negative_clip", "negative_learning_rate", "nan_learning_rate",
+    "negative_ent_coef", "zero_vf_coef", "zero_max_grad_norm", "zero_target_kl", "zero_epochs", "zero_envs",
+    "negative_checkpoint_minutes", "negative_progress_interval", "zero_eval_episodes", "negative_seed",
+    "nested_exp_name", "empty_exp_name", "exp_name_with_separator", "eval_and_resume", "folder_as_checkpoint",
+    "text_file_as_checkpoint", "extend_finished_run",
 ]
 # The same checks through a real process (exit status, stderr) for one case of each kind: env, checkpoint, resume.
 SUBPROCESS_CASES = ["continuous_env", "corrupt_checkpoint_eval", "changed_hyperparameter"]
@@ -726,3 +758,189 @@ def test_resumed_run_records_video_in_its_own_folder(tmp_path):
     assert second.returncode == 0, second.stderr
     assert list((videos / "resumed-at-step-128").glob("*.mp4"))
     assert {p: p.stat().st_mtime_ns for p in videos.glob("*.mp4")} == before
+
+
+# ----------------------------------------------------------------------------------------------
+# Long runs: what the log says, stop signals, and a resumed run's checkpoint cadence
+# ----------------------------------------------------------------------------------------------
+
+
+def test_output_to_a_file_says_what_the_run_does(base):
+    """stdout is a pipe here, as in a Slurm log: a start line, plain progress lines, a summary line."""
+    lines = base["result"].stdout.splitlines()
+    assert lines[0].startswith(f"{SCRIPT}: CartPole-v1, seed 1, 512 steps on cpu; logs in runs/"), lines
+    progress = [line for line in lines if line.startswith("step ")]
+    # The first line comes after the first iteration, then one per --progress-interval (60 s by default).
+    assert progress and progress[0].startswith("step 128/512 (25%)"), lines
+    assert re.search(r"\d+ steps/s +return\(last 100\) [\d.]+ +elapsed \d+:\d\d:\d\d", progress[0]), progress[0]
+    assert "\r" not in base["result"].stdout  # the live terminal line is for terminals only
+    end = lines[-1]
+    assert end.startswith(f"{SCRIPT}: done, 512 steps in "), end
+    assert f"logs in runs/{base['run_dir'].name}" in end and "checkpoint saved to" in end
+    assert float(re.search(r"return\(last 100\) ([\d.]+)", end)[1]) > 0
+
+
+def test_budget_rounded_to_whole_rollouts_is_announced(tmp_path, monkeypatch, capsys):
+    code, err, out = run_main_in_process(["--total-timesteps", 600, "--num-envs", 2, "--num-steps", 64,
+                                          "--update-epochs", 1], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert "512 steps (--total-timesteps 600 rounded down to whole rollouts of 128 steps)" in out.splitlines()[0]
+    assert "done, 512 steps" in out.splitlines()[-1]
+
+
+@pytest.fixture
+def restore_signal_handlers():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def signal_on_call(monkeypatch, owner, name, call, sig):
+    """Make the `call`-th call of owner.name send `sig` to this process first: a signal at that moment."""
+    original, calls = getattr(owner, name), [0]
+
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+# 2 envs x 64 steps, 10 iterations; the rollout calls the policy 64 times, the update 16 times per iteration.
+TEN = ["--total-timesteps", 1280, "--num-envs", 2, "--num-steps", 64]
+STOP_MOMENTS = {
+    # name: (where the signal lands, extra args, signal, the last whole iteration the checkpoint must hold)
+    "mid_rollout": (lambda mp: signal_on_call(mp, pd.Agent, "get_action_and_value", 2 * 80 + 10, signal.SIGTERM),
+                    ["--checkpoint-every", 4], signal.SIGTERM, 2),
+    # A stop during an update lets the update finish: a checkpoint never holds a half-updated network.
+    "mid_update": (lambda mp: signal_on_call(mp, pd, "clipped_surrogate", 2 * 16 + 5, signal.SIGINT),
+                   [], signal.SIGINT, 3),
+    # Slurm's warning arrives while the periodic checkpoint of iteration 2 is being written.
+    "during_checkpoint_write": (lambda mp: signal_on_call(mp, torch, "save", 2, signal.SIGUSR1),
+                                ["--checkpoint-every", 1], signal.SIGUSR1, 2),
+}
+
+
+@pytest.fixture
+def stopped_run(request, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+    arrange, extra, sig, iteration = STOP_MOMENTS[request.param]
+    arrange(monkeypatch)
+    code, err, out = run_main_in_process([*TEN, *extra], tmp_path, monkeypatch, capsys)
+    monkeypatch.undo()
+    return {"code": code, "err": err, "out": out, "sig": sig, "iteration": iteration, "cwd": tmp_path,
+            "run_dir": only_run_dir(tmp_path)}
+
+
+@pytest.mark.parametrize("stopped_run", list(STOP_MOMENTS), indirect=True)
+def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run):
+    run_dir, iteration, sig = stopped_run["run_dir"], stopped_run["iteration"], stopped_run["sig"]
+    assert stopped_run["code"] == 128 + sig, stopped_run["err"]
+    assert stopped_run["err"] == ""
+    stop_lines = [line for line in stopped_run["out"].splitlines() if "stopped by" in line]
+    assert stop_lines == [f"{SCRIPT}: stopped by {sig.name} at step {iteration * BATCH}; checkpoint saved to "
+                          f"{run_dir.relative_to(stopped_run['cwd'])}/checkpoint.pt; resume with: python "
+                          f"{SCRIPT}.py --resume {run_dir.relative_to(stopped_run['cwd'])}/checkpoint.pt"]
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == iteration and ckpt["global_step"] == iteration * BATCH
+    assert not (run_dir / "checkpoint.pt.tmp").exists()
+    # The logs are intact up to the checkpoint: every iteration it holds is logged, once.
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, iteration + 1)], tag
+
+
+@pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
+def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run, tmp_path_factory, monkeypatch,
+                                                                      capsys, restore_signal_handlers):
+    run_dir = stopped_run["run_dir"]
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
+    code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
+    assert code == 0, err
+    assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
+    assert "resuming at step 256" in out.splitlines()[0]
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, 11)], tag
+    np.testing.assert_allclose([v for _, v in scalars["charts/learning_rate"]],
+                               [LR * (1 - i / 10) for i in range(10)], rtol=1e-6)
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
+
+
+def test_checkpoint_settings_given_on_resume_win(base, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+    ckpt = torch.load(base["checkpoint"], map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, BATCH  # set back, so there is something to train
+    run_dir = tmp_path / "runs" / ckpt["run_name"]
+    run_dir.mkdir(parents=True)
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    code, err, _ = run_main_in_process(["--resume", run_dir / "checkpoint.pt", "--no-save-model",
+                                        "--checkpoint-every", 3], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    saved = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert saved["iteration"] == 3 and saved["args"]["save_model"] is False  # not the final one: not saved
+
+
+def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_signal_handlers):
+    """--checkpoint-minutes: a checkpoint once that much wall time has passed since the last one."""
+    clock = [1000.0]
+    monkeypatch.setattr(pd.time, "time", lambda: clock[0])
+    saves = []
+    original = pd.save_checkpoint
+
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+        saves.append(iteration)
+        return original(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+
+    monkeypatch.setattr(pd, "save_checkpoint", counting_save)
+    calls = [0]
+    original_gae = pd.compute_gae
+
+    def gae_and_tick(*args, **kwargs):  # each iteration takes 40 "seconds"
+        calls[0] += 1
+        clock[0] += 40.0
+        return original_gae(*args, **kwargs)
+
+    monkeypatch.setattr(pd, "compute_gae", gae_and_tick)
+    code, err, _ = run_main_in_process([*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+
+
+def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):
+    stop = pd.StopSignals()
+    assert not stop
+    exits = []
+    monkeypatch.setattr(pd.os, "_exit", lambda code: exits.append(code))
+    stop._handle(signal.SIGUSR1, None)
+    stop._handle(signal.SIGTERM, None)  # Slurm signals every process of a job: a repeat is not an emergency
+    assert stop and stop.signum == signal.SIGUSR1 and exits == []
+    stop._handle(signal.SIGINT, None)  # a second Ctrl-C: a person who will not wait
+    assert exits == [130]
+
+
+def test_sigterm_to_a_real_process(tmp_path):
+    """The whole path through a real process, its output in a pipe: progress lines, then a clean stop."""
+    cmd = [sys.executable, str(REPO_ROOT / f"{SCRIPT}.py"), "--total-timesteps", 1_000_000, "--num-envs", 2,
+           "--num-steps", 64, "--progress-interval", 0]
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # the start line
+        assert first.startswith(f"{SCRIPT}: CartPole-v1"), first + proc.stderr.read()
+        assert proc.stdout.readline().startswith("step 128/")  # training: the handlers are in place
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err == "" and "Traceback" not in out
+    stop = [line for line in out.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stop) == 1 and "--resume" in stop[0]
+    step = int(re.search(r"at step (\d+)", stop[0])[1])
+    ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == step and step % BATCH == 0 and step < 1_000_000
