@@ -50,8 +50,8 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s of env 0's episodes under videos/{run_name} (gymnasium's schedule: episodes 0, 1, 8, 27, 64, ...,
-    the cubes, then every 1000th)"""
+    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
+    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode"""
     progress: bool = True
     """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
     progress_interval: float = 60.0
@@ -236,11 +236,15 @@ def fail(message):
     sys.exit(2)
 
 
-def make_env(env_id, idx, capture_video, video_dir):
+def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
     def thunk():
         if capture_video and idx == 0:
+            # Frames are drawn off-screen; without a display SDL would otherwise print a misleading
+            # "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_dir, disable_logger=True)
+            trigger = (lambda episode: True) if every_episode else None  # None: gymnasium's 0, 1, 8, 27, ...
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
         else:
             env = gym.make(env_id)
         return env
@@ -252,6 +256,9 @@ def check_env(env_id):
     """Fail early unless env_id is a registered env with Discrete actions and flat Box observations."""
     if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
         fail(f"{env_id} is an Atari game: use ppo_atari.py")
+    with contextlib.suppress(gym.error.Error):  # a MuJoCo id is told apart without loading (and warning about) it
+        if "mujoco" in str(gym.spec(env_id).entry_point):
+            fail(f"{env_id} is a MuJoCo env with continuous (Box) actions: use ppo_continuous.py")
     # The env is made once to read its spaces, inside a scratch folder: MuJoCo's model compiler drops a
     # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
@@ -469,9 +476,9 @@ def exit_after_signal(signum, step, ckpt_path):
     sys.exit(128 + signum)
 
 
-def evaluate(agent, env_id, episodes, greedy, seed, device):
-    """Run the policy without training; returns the episode returns."""
-    env = gym.make(env_id)
+def evaluate(agent, env_id, episodes, greedy, seed, device, video_dir=None):
+    """Run the policy without training; returns the episode returns. With video_dir, every episode is recorded."""
+    env = make_env(env_id, 0, video_dir is not None, video_dir, every_episode=True)()
     returns = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -509,9 +516,12 @@ def main():
     if args.eval_checkpoint:
         agent = Agent(obs_size, n_actions).to(device)
         agent.load_state_dict(ckpt["model"])
-        returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device)
+        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}" if args.capture_video else None
+        returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device, video_dir)
         mode = "greedy" if args.eval_greedy else "sampled"
         print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode})")
+        if video_dir:
+            print(f"videos of the {len(returns)} episodes in {video_dir}")
         return
 
     if ckpt is not None:

@@ -715,7 +715,8 @@ BAD_CASES = [
     "text_file_as_checkpoint", "extend_finished_run",
 ]
 # The same checks through a real process (exit status, stderr) for one case of each kind: env, checkpoint, resume.
-SUBPROCESS_CASES = ["continuous_env", "corrupt_checkpoint_eval", "changed_hyperparameter"]
+# mujoco_env: nothing of MuJoCo's own (its compiler's deprecation warnings) comes before the error line.
+SUBPROCESS_CASES = ["continuous_env", "corrupt_checkpoint_eval", "changed_hyperparameter", "mujoco_env"]
 
 
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
@@ -944,3 +945,18 @@ def test_sigterm_to_a_real_process(tmp_path):
     step = int(re.search(r"at step (\d+)", stop[0])[1])
     ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == step and step % BATCH == 0 and step < 1_000_000
+
+
+def test_evaluation_records_every_episode_quietly(base, tmp_path):
+    """--eval-checkpoint --capture-video records each evaluated episode, without SDL's display noise."""
+    env = script_env()
+    env.pop("SDL_VIDEODRIVER", None)
+    env.pop("XDG_RUNTIME_DIR", None)
+    result = run_script(SCRIPT, "--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3, "--capture-video",
+                        cwd=tmp_path, env=env)
+    assert_ok(result)
+    assert result.stderr == ""
+    videos = tmp_path / "videos" / base["run_dir"].name / f"eval-at-step-{ITERATION_STEPS[-1]}"
+    assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
+    assert f"videos of the 3 episodes in videos/{base['run_dir'].name}" in result.stdout
+    assert not (tmp_path / "runs").exists()
