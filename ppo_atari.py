@@ -9,13 +9,21 @@ Every ALE id is made with frameskip=1 so that the wrappers here do the skipping 
 and keeps its own sticky-action default (NoFrameskip-v4: 0, ALE/*-v5: 0.25) unless --repeat-action-probability.
 charts/episodic_return is the real game score: a whole game, all lives, unclipped rewards.
 
+A run says on its first line what it trains and on which device (with --cuda and no GPU: the CPU, and says so),
+then reports steps/s, the score and an ETA. SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 stop it at the next safe point
+with a checkpoint of the last whole iteration, and it prints the command that resumes it.
+
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
     python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env, same details, faster stepping
+    python ppo_atari.py --checkpoint-minutes 30      # on a cluster: a kill costs at most 30 minutes
     python ppo_atari.py --help
 """
 
 import contextlib
+import math
 import os
+import re
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +41,8 @@ import tyro
 from torch.distributions import Categorical
 
 gym.register_envs(ale_py)
+# ale-py prints its banner to stderr for every emulator it starts; errors still show.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 SCRIPT = "ppo_atari"
 NOOP_MAX, FRAME_SKIP, SCREEN_SIZE, FRAME_STACK = 30, 4, 84, 4
 
@@ -47,10 +57,11 @@ class Args:
     torch_deterministic: bool = True
     """make cuDNN deterministic (only matters with --cuda)"""
     cuda: bool = True
-    """train on the GPU if there is one (falls back to the CPU)"""
-    threads: int = 1
-    """torch CPU threads; one avoids contention with the env and other runs (on a busy 2-core machine the
-    CNN's update ran ~6x faster with one thread than with two)"""
+    """train on the GPU if there is one, else on the CPU (the start line says which)"""
+    threads: Optional[int] = None
+    """torch CPU threads; default: torch's own, which follows OMP_NUM_THREADS and the CPUs this process may use.
+    On 2 cores 2 threads ran 519 steps/s, 1 thread 378.
+    A sweep runs one thread per run: benchmarks/sweep.sh sets OMP_NUM_THREADS=1"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -58,17 +69,24 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s of env 0's whole games under videos/{run_name} (needs --env-path wrappers)"""
+    """record mp4s of whole games under videos/{run_name}: in training env 0's games 0, 1, 8, 27, 64, ...
+    (gymnasium's schedule: the cubes up to 1000, then every 1000th; needs --env-path wrappers); with
+    --eval-checkpoint every evaluated game"""
     progress: bool = True
-    """show a progress line (only when stdout is a terminal)"""
+    """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
+    progress_interval: float = 60.0
+    """seconds between the plain progress lines printed when stdout is not a terminal (a log file)"""
 
     # --- checkpoints and evaluation ---
     save_model: bool = False
-    """write runs/{run_name}/checkpoint.pt at the end of training"""
+    """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
     checkpoint_every: int = 0
     """also write it every N iterations (0: never)"""
+    checkpoint_minutes: float = 0.0
+    """also write it every M minutes of wall time (0: never); on a cluster, a kill then costs at most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint (hyperparameters come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
+    come from the checkpoint)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the game scores"""
     eval_episodes: int = 10
@@ -124,9 +142,13 @@ class Args:
     as terminations, exactly like openai/baselines ppo2 and CleanRL"""
 
 
-# Fields a resumed run takes from its checkpoint; the others (logging, checkpoints) may change.
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Env i of a run is seeded with seed + i (and a resumed run's with more); ale-py's vector env takes 32-bit seeds.
+MAX_SEED = 2**30
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,14 +304,16 @@ class ClipReward(gym.RewardWrapper):
         return float(np.sign(reward))
 
 
-def make_env(env_id, idx, capture_video, video_dir, repeat_action_probability):
+def make_env(env_id, idx, capture_video, video_dir, repeat_action_probability, every_game=False):
     def thunk():
         # frameskip=1 for every ALE id: MaxAndSkip below does the skipping, with the max over two frames.
+        # rgb_array frames come from the emulator's screen buffer, not SDL: no display is looked for.
         env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability,
                        render_mode="rgb_array" if capture_video and idx == 0 else None)
         if capture_video and idx == 0:
-            # On the raw env a recorded episode is a whole game: life losses never reset it.
-            env = gym.wrappers.RecordVideo(env, video_dir, disable_logger=True)
+            # On the raw env a recorded episode is a whole game, every frame: life losses never reset it.
+            trigger = (lambda game: True) if every_game else None  # None: gymnasium's 0, 1, 8, 27, ...
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
         # The real game score: below the life-loss and reward-clip wrappers, it sums every raw reward of a
         # whole game and reports it once, at game over (episodic_length is then in frames, as in CleanRL).
         env = gym.wrappers.RecordEpisodeStatistics(env)
@@ -425,6 +449,8 @@ def check_env(env_id):
         spec = gym.spec(env_id)
     except gym.error.Error as e:
         fail(f"unknown env id '{env_id}': {e}")
+    if "mujoco" in str(spec.entry_point):  # told apart from its spec, without loading (and warning about) MuJoCo
+        fail(f"{env_id} is not an Atari game: it is a MuJoCo env with continuous actions, use ppo_continuous.py")
     if spec.entry_point != "ale_py.env:AtariEnv":
         # Made once to name the right script, inside a scratch folder: MuJoCo's model compiler drops a
         # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
@@ -433,7 +459,7 @@ def check_env(env_id):
                 env = gym.make(env_id)
                 continuous = isinstance(env.action_space, gym.spaces.Box)
                 env.close()
-            except Exception as e:  # a missing dependency (MuJoCo, Box2D) can fail in many ways
+            except Exception as e:  # a missing dependency (Box2D, ...) can fail in many ways
                 fail(f"{env_id} is not an Atari game, and cannot be made here either: {type(e).__name__}: {e}")
         fail(f"{env_id} is not an Atari game: use {'ppo_continuous.py' if continuous else 'ppo_discrete.py'}")
     if spec.kwargs.get("obs_type", "rgb") != "rgb":
@@ -447,33 +473,58 @@ def flags_given():
 
 
 def check_args(args):
+    """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
+    def need(name, ok, allowed):
+        if not ok:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: it must be {allowed}")
+
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+        need(name, getattr(args, name) >= 1, ">= 1")
+    if args.threads is not None:
+        need("threads", args.threads >= 1, ">= 1 (or not given: torch's default)")
+    need("seed", 0 <= args.seed <= MAX_SEED, f"in [0, {MAX_SEED}]")
+    need("checkpoint_every", args.checkpoint_every >= 0, ">= 0")
+    for name in ("checkpoint_minutes", "progress_interval", "ent_coef"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) >= 0, ">= 0")
+    for name in ("learning_rate", "clip_coef", "vf_coef", "max_grad_norm"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0")
+    for name in ("gamma", "gae_lambda"):
+        need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
+    if args.target_kl is not None:
+        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    if args.repeat_action_probability is not None:  # a probability, per frame
+        need("repeat_action_probability", 0 <= args.repeat_action_probability <= 1,
+             "in [0, 1] (or not given: the id's own)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
+        fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
+             "(not empty, no '/', no '__', which separates the fields of a run name)")
+    if args.eval_checkpoint and args.resume:
+        fail("--eval-checkpoint evaluates and --resume trains: give one of them")
     batch_size = args.num_envs * args.num_steps
-    if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
-        fail("--num-envs, --num-steps, --num-minibatches and --update-epochs must be at least 1")
     if batch_size % args.num_minibatches:
         fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
              "choose --num-minibatches that divides it")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.checkpoint_every < 0 or args.eval_episodes < 1 or args.threads < 1:
-        fail("--checkpoint-every must be >= 0, --eval-episodes and --threads >= 1")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
-    if args.repeat_action_probability is not None and not 0 <= args.repeat_action_probability <= 1:
-        fail(f"--repeat-action-probability {args.repeat_action_probability} is not a probability")
-    if args.capture_video and args.env_path != "wrappers":
+    # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
+    if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
         fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
 
 
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a checkpoint file (a run's checkpoint is RUN_DIR/checkpoint.pt)")
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script, saved_env_id = ckpt["script"], ckpt["args"]["env_id"]
-    except Exception as e:  # a truncated or foreign file can fail in many ways
-        fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    except Exception as e:  # a truncated or foreign file can fail in many ways; torch's own advice does not apply
+        fail(f"cannot read checkpoint {path}: it is not a checkpoint of these scripts, or it is damaged "
+             f"({type(e).__name__})")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
     missing = set(HYPERPARAMETERS) - set(ckpt["args"])
@@ -484,8 +535,37 @@ def load_checkpoint(path, args):
     return ckpt
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration):
-    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+def merge_resumed_args(args, ckpt):
+    """A resumed run is the same run: it keeps the checkpoint's hyperparameters, and its checkpoint settings
+    unless the command line gives new ones."""
+    given = flags_given()
+    for name in HYPERPARAMETERS:
+        saved = ckpt["args"][name]
+        if name in given and getattr(args, name) != saved:
+            why = (" (its learning-rate schedule anneals over the budget, so a run cannot be extended: start a new "
+                   "run with the budget you want)" if name == "total_timesteps" else "")
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}: a resumed "
+                 f"run keeps the hyperparameters it was started with{why}")
+        setattr(args, name, saved)
+    for name in CHECKPOINT_SETTINGS:
+        if name not in given and name in ckpt["args"]:
+            setattr(args, name, ckpt["args"][name])
+    check_args(args)  # the merged settings, as they will run
+
+
+def resumed_run_dir(checkpoint_path, run_name):
+    """A checkpoint in its own run folder resumes there, from wherever it is started; a copy kept elsewhere
+    resumes into runs/{run_name} under the working directory."""
+    folder = os.path.dirname(os.path.abspath(checkpoint_path))
+    return folder if os.path.basename(folder) == run_name else os.path.join("runs", run_name)
+
+
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+    """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
+    even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
+    up to the checkpoint's step is on disk when the checkpoint says it was done."""
+    if writer is not None:
+        writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
@@ -493,15 +573,127 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
-    torch.save(ckpt, tmp)
+    with open(tmp, "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability):
+def checkpoint_due(args, iteration, last_saved_at):
+    """The periodic checkpoint: every --checkpoint-every iterations and/or every --checkpoint-minutes."""
+    if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+        return True
+    return bool(args.checkpoint_minutes) and time.time() - last_saved_at >= 60 * args.checkpoint_minutes
+
+
+class StopSignals:
+    """SIGTERM (`kill`; Slurm at a time limit or preemption), SIGINT (Ctrl-C) and SIGUSR1 (Slurm's --signal
+    warning) ask the training loop to stop at its next safe point: the handler only records the signal, and
+    the loop looks at it between env steps and after each update, then writes a checkpoint and exits. Python
+    runs the handler in the main thread whichever thread the signal lands on (ale-vector steps games in C++
+    threads), as soon as the current env step returns. Slurm signals every process of a job, so repeats are
+    ignored while the stop is under way; a second Ctrl-C is a person who will not wait, and exits at once
+    (the last checkpoint on disk stays intact)."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum is None:
+            self.signum = signum
+        elif signum == signal.SIGINT:
+            os.write(2, b"second Ctrl-C: exiting at once; the last checkpoint written is kept\n")
+            os._exit(130)
+
+    def __bool__(self):
+        return self.signum is not None
+
+
+def fmt_duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
+    a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
+    goes, what game score it has reached and when it will be done (an Atari budget can take hours on a CPU)."""
+
+    def __init__(self, enabled, interval, total_steps, start_step):
+        self.live = enabled and sys.stdout.isatty()
+        self.plain = enabled and not self.live
+        self.interval, self.total_steps = interval, total_steps
+        self.start_time, self.start_step, self.last_line = time.time(), start_step, None
+
+    def steps_per_second(self, global_step):
+        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def eta(self, global_step):
+        """The rest of the budget at the speed so far."""
+        done = global_step - self.start_step
+        if done <= 0:
+            return "-"
+        return fmt_duration((self.total_steps - global_step) * (time.time() - self.start_time) / done)
+
+    def update(self, global_step, recent_scores):
+        mean_score = f"{np.mean(recent_scores):.1f}" if recent_scores else "-"
+        sps, eta = self.steps_per_second(global_step), self.eta(global_step)
+        if self.live:
+            print(f"\rstep {global_step}/{self.total_steps}  {sps} steps/s  score(last 100) {mean_score}  "
+                  f"eta {eta}   ", end="", flush=True)
+        elif self.plain and (self.last_line is None or time.time() - self.last_line >= self.interval):
+            self.last_line = time.time()
+            print(f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
+                  f"{sps} steps/s  score(last 100) {mean_score}  "
+                  f"elapsed {fmt_duration(time.time() - self.start_time)}  eta {eta}", flush=True)
+
+    def end_line(self):
+        if self.live:
+            print()
+
+
+def describe_device(device, asked_for_cuda):
+    """The device in words, so that a run which fell back to the CPU says so."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    threads = torch.get_num_threads()
+    return f"cpu, {threads} thread{'s' if threads > 1 else ''}" + (" (no GPU found)" if asked_for_cuda else "")
+
+
+def announce_start(args, run_dir, device, steps, start_step):
+    """One line that says what the run is doing, for whoever reads its log later."""
+    rounded = "" if steps == args.total_timesteps else (
+        f" (--total-timesteps {args.total_timesteps} rounded down to whole rollouts of "
+        f"{args.num_envs * args.num_steps} steps)")
+    resumed = f", resuming at step {start_step}" if start_step else ""
+    print(f"{SCRIPT}: {args.env_id}, seed {args.seed}, {steps} steps{rounded} on "
+          f"{describe_device(device, args.cuda)}{resumed}; logs in {run_dir}", flush=True)
+
+
+def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
+    mean_score = f"{np.mean(recent_scores):.2f}" if recent_scores else "- (no game ended)"
+    saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
+    print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
+          f"({progress.steps_per_second(global_step)} steps/s); score(last 100) {mean_score}; "
+          f"logs in {run_dir}{saved}", flush=True)
+
+
+def exit_after_signal(signum, step, ckpt_path):
+    """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
+    print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
+          f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
+    sys.exit(128 + signum)
+
+
+def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability, video_dir=None):
     """Play whole games and return their scores. The policy sees the training wrappers, whichever env path it
     was trained on (a lost life is followed by the same no-op and FIRE as in training, so a policy that never
-    learned to serve does not stall), but what counts is the game: all lives, unclipped rewards."""
-    env = make_env(env_id, 0, False, "", repeat_action_probability)()
+    learned to serve does not stall), but what counts is the game: all lives, unclipped rewards. With
+    video_dir, every game is recorded whole, as the emulator played it."""
+    env = make_env(env_id, 0, video_dir is not None, video_dir, repeat_action_probability, every_game=True)()
     scores = []
     obs, _ = env.reset(seed=seed)
     while len(scores) < games:
@@ -511,6 +703,8 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
         if terminated or truncated:
             if "episode" in info:  # the game is over, not just a life
                 scores.append(float(info["episode"]["r"]))
+                if len(scores) == games:
+                    break  # no new game after the last: it would be recorded as one more video
             obs, _ = env.reset(seed=seed + len(scores))  # the seed only reaches a new game; a life goes on
     env.close()
     return scores
@@ -533,7 +727,8 @@ def main():
         args.repeat_action_probability = ckpt["args"]["repeat_action_probability"] if ckpt else \
             gym.spec(args.env_id).kwargs.get("repeat_action_probability", 0.25)
 
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:  # else torch's default: OMP_NUM_THREADS, or the CPUs this process may use
+        torch.set_num_threads(args.threads)
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
@@ -542,32 +737,36 @@ def main():
         n_actions = ckpt["model"]["actor.weight"].shape[0]
         agent = Agent(n_actions).to(device)
         agent.load_state_dict(ckpt["model"])
+        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}" if args.capture_video else None
         scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
-                          args.repeat_action_probability)
+                          args.repeat_action_probability, video_dir)
         mode = "greedy" if args.eval_greedy else "sampled"
         print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode})")
+        if video_dir:
+            print(f"videos of the {len(scores)} games in {video_dir}")
         return
 
     if ckpt is not None:
-        for name in HYPERPARAMETERS:
-            saved = ckpt["args"][name]
-            if name in flags_given() and getattr(args, name) != saved:
-                fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
-                     "a resumed run keeps its hyperparameters")
-            setattr(args, name, saved)
-        check_args(args)  # the merged settings, as they will run
+        merge_resumed_args(args, ckpt)
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
+    if ckpt is not None:
         run_name = ckpt["run_name"]
+        run_dir = resumed_run_dir(args.resume, run_name)
+        if ckpt["iteration"] >= num_iterations:
+            print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
+                  f"to train. To train longer, start a new run with a larger --total-timesteps.")
+            return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
         video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        if os.path.exists(f"runs/{run_name}"):
-            fail(f"runs/{run_name} already exists; not overwriting it")
+        run_dir = os.path.join("runs", run_name)
+        if os.path.exists(run_dir):
+            fail(f"{run_dir} already exists; not overwriting it")
         video_dir = f"videos/{run_name}"
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = args.total_timesteps // batch_size
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    ckpt_path = os.path.join(run_dir, "checkpoint.pt")
 
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
     # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
@@ -603,13 +802,13 @@ def main():
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.tensorboard.patch(root_logdir=run_dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
                    name=run_name, id=run_name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -626,8 +825,9 @@ def main():
     next_obs_np, _ = envs.reset(seed=seed)  # env i gets seed + i on both paths
     next_obs = torch.as_tensor(next_obs_np, device=device)
     recent_returns = deque(maxlen=100)
-    show_progress = args.progress and sys.stdout.isatty()
-    start_time, start_step = time.time(), global_step
+    progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
+    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
+    stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -638,6 +838,8 @@ def main():
 
         # --- rollout ---
         for step in range(args.num_steps):
+            if stop:
+                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
             global_step += args.num_envs
             obs[step] = next_obs
             with torch.inference_mode():
@@ -661,6 +863,9 @@ def main():
                 recent_returns.append(score)
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
+
+        if stop:
+            break
 
         # --- advantages ---
         with torch.inference_mode():
@@ -711,7 +916,8 @@ def main():
                 break
 
         # --- log ---
-        sps = int((global_step - start_step) / (time.time() - start_time))
+        completed = iteration
+        sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
@@ -722,22 +928,23 @@ def main():
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
-        if show_progress:
-            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            print(f"\rstep {global_step}/{args.total_timesteps}  {sps} steps/s  score(last 100) {mean_return}   ",
-                  end="", flush=True)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration)
+        progress.update(global_step, recent_returns)
+        if stop:
+            break
+        if checkpoint_due(args, iteration, last_saved_at):
+            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, writer)
+            last_saved_at = time.time()
 
-    if show_progress:
-        print()
-    if args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, num_iterations)
-        print(f"checkpoint saved to {ckpt_path}")
+    progress.end_line()
+    if stop or args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed * batch_size, completed, writer)
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
+    if stop:
+        exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
+    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """Tests of ppo_atari.py: each Atari wrapper on a real ALE game, the game score that charts/episodic_return
-logs, the agreement of the two env paths, tiny end-to-end runs and bad input.
+logs, the agreement of the two env paths, tiny end-to-end runs, bad input, and long-run behaviour (stop
+signals, checkpoint cadence, resume, what the log says).
 
 Real games throughout (ale-py ships the ROMs). The raw emulator is observed by replacing the `step` of the
 innermost AtariEnv instance with a recording one, so nothing in the script is changed for the tests.
 """
 
+import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
 
 import cv2
@@ -13,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, only_run_dir, read_scalars, run_scripts
+from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
 
 SCRIPT = "ppo_atari"
 pa = load_script(SCRIPT)
@@ -26,6 +32,16 @@ ALL_TAGS = [
     "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
 ]
 PER_ITERATION_TAGS = [t for t in ALL_TAGS if not t.startswith("charts/episodic")]
+LR = 2.5e-4  # the script's default learning rate
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """main() run in this process keeps torch's default threads: one, on a busy two-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tap(env):
@@ -252,8 +268,8 @@ def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
     # Tap the raw emulator of the env that evaluate() makes: a real reset starts a game, every raw reward adds to it.
     games, make_env = [], pa.make_env
 
-    def tapped_make_env(*args):
-        thunk = make_env(*args)
+    def tapped_make_env(*args, **kwargs):
+        thunk = make_env(*args, **kwargs)
 
         def make_tapped():
             env = thunk()
@@ -427,23 +443,65 @@ def test_evaluate_and_resume(trained, tmp_path):
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["NoSuchGameNoFrameskip-v4"]),
     (["--env-id", "Breakout-ramNoFrameskip-v4"], ["ram"]),
     (["--num-envs", 3, "--num-steps", 5, "--num-minibatches", 4], ["minibatch"]),
-    (["--repeat-action-probability", 1.5], ["probability"]),
     (["--capture-video", "--env-path", "ale-vector"], ["--env-path wrappers"]),
+    # Every numeric setting range-checked before any work, with the flag and its range in the message.
+    (["--gamma", 1.5], ["--gamma 1.5 is out of range: it must be in [0, 1]"]),
+    (["--gae-lambda", -0.1], ["--gae-lambda", "[0, 1]"]),
+    (["--clip-coef", -0.1], ["--clip-coef", "> 0"]),
+    (["--learning-rate", -1], ["--learning-rate", "> 0"]),
+    (["--learning-rate", "nan"], ["--learning-rate"]),
+    (["--ent-coef", -0.01], ["--ent-coef", ">= 0"]),
+    (["--vf-coef", 0], ["--vf-coef", "> 0"]),
+    (["--max-grad-norm", 0], ["--max-grad-norm", "> 0"]),
+    (["--target-kl", 0], ["--target-kl", "> 0"]),
+    (["--total-timesteps", 0], ["--total-timesteps", ">= 1"]),
+    (["--num-envs", 0], ["--num-envs", ">= 1"]),
+    (["--num-steps", 0], ["--num-steps", ">= 1"]),
+    (["--num-minibatches", 0], ["--num-minibatches", ">= 1"]),
+    (["--update-epochs", 0], ["--update-epochs", ">= 1"]),
+    (["--eval-episodes", 0], ["--eval-episodes", ">= 1"]),
+    (["--threads", 0], ["--threads", ">= 1"]),
+    (["--seed", -1], ["--seed", "[0, "]),
+    (["--seed", 2**31], ["--seed", "[0, "]),  # env i is seeded with seed + i, and ale-py's seeds are 32-bit
+    (["--checkpoint-every", -1], ["--checkpoint-every", ">= 0"]),
+    (["--checkpoint-minutes", -5], ["--checkpoint-minutes", ">= 0"]),
+    (["--progress-interval", -1], ["--progress-interval", ">= 0"]),
+    (["--repeat-action-probability", 1.5], ["--repeat-action-probability", "[0, 1]"]),
+    (["--repeat-action-probability", -0.1], ["--repeat-action-probability", "[0, 1]"]),
+    (["--exp-name", "x/y"], ["--exp-name", "x/y"]),
+    (["--exp-name", ""], ["--exp-name"]),
+    (["--exp-name", "a__b"], ["--exp-name", "__"]),
+    (["--eval-checkpoint", "a.pt", "--resume", "a.pt"], ["--eval-checkpoint", "--resume"]),
 ])
 def test_bad_input_fails_with_one_line(args, words, tmp_path, monkeypatch, capsys):
     error = fail_line(args, tmp_path, monkeypatch, capsys)
     assert all(w in error for w in words), error
 
 
+def test_mujoco_id_is_refused_before_mujoco_loads(tmp_path):
+    """From its spec: nothing of MuJoCo's own (its compiler's warnings, its log file) comes before the error."""
+    result = run_script(SCRIPT, "--env-id", "HalfCheetah-v4", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error:"), result.stderr
+    assert "ppo_continuous.py" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("content, words", [
     (None, ["not found"]),
     ({"script": "ppo_discrete", "args": {"env_id": "CartPole-v1"}}, ["ppo_discrete.py"]),
     ({"script": SCRIPT}, ["cannot read"]),
+    ("a text file", ["cannot read"]),
+    ("a folder", ["folder"]),
 ])
 @pytest.mark.parametrize("flag", ["--resume", "--eval-checkpoint"])
 def test_bad_checkpoint_fails_with_one_line(content, words, flag, tmp_path, monkeypatch, capsys):
     path = tmp_path / "given.pt"
-    if content is not None:
+    if content == "a text file":
+        path.write_text("not a checkpoint\n")
+    elif content == "a folder":
+        path.mkdir()
+    elif content is not None:
         torch.save(content, path)
     error = fail_line([flag, path], tmp_path, monkeypatch, capsys)
     assert all(w in error for w in words), error
@@ -459,5 +517,335 @@ def fail_line(args, cwd, monkeypatch, capsys):
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert exit_info.value.code == 2 and len(errors) == 1, err
+    assert "weights_only" not in errors[0]  # torch's advice on unsafe loading is not the user's business
     assert sorted(cwd.iterdir()) == before  # nothing written (MuJoCo's compiler would drop a MUJOCO_LOG.TXT)
     return errors[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Long runs: what the log says, stop signals, a resumed run's checkpoint cadence, evaluation videos
+# ----------------------------------------------------------------------------------------------
+
+
+def run_main_in_process(args, cwd, monkeypatch, capsys):
+    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
+    which is what would have printed a traceback."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
+                        torch.distributions.Distribution._validate_args)
+    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        pa.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        if torch.get_num_threads() != threads:  # --threads given
+            torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return code, captured.err, captured.out
+
+
+def test_output_to_a_file_says_what_the_run_does(trained):
+    """stdout is a pipe here, as in a Slurm log: a start line, plain progress lines with an ETA, a summary."""
+    result, cwd = trained["wrappers"]
+    assert_ok(result)
+    run_dir, lines = only_run_dir(cwd), result.stdout.splitlines()
+    # --no-cuda; torch's default threads follow OMP_NUM_THREADS=1, which the tests' environment sets.
+    assert lines[0] == f"{SCRIPT}: {BREAKOUT}, seed 1, 512 steps on cpu, 1 thread; logs in runs/{run_dir.name}"
+    progress = [line for line in lines if line.startswith("step ")]
+    # The first line comes after the first iteration, then one per --progress-interval (60 s by default).
+    assert progress and progress[0].startswith("step 256/512 (50%)"), lines
+    assert re.search(r"\d+ steps/s +score\(last 100\) [-\d.]+ +elapsed \d+:\d\d:\d\d +eta \d+:\d\d:\d\d$",
+                     progress[0]), progress[0]
+    assert "\r" not in result.stdout  # the live terminal line is for terminals only
+    end = lines[-1]
+    assert end.startswith(f"{SCRIPT}: done, 512 steps in "), end
+    assert f"logs in runs/{run_dir.name}" in end and "checkpoint saved to" in end
+    assert re.search(r"score\(last 100\) \d+\.\d\d;", end), end  # Breakout scores of the finished games
+
+
+def test_progress_lines_estimate_the_time_left(monkeypatch, capsys):
+    clock = [1000.0]
+    monkeypatch.setattr(pa.time, "time", lambda: clock[0])
+    plain = pa.Progress(True, 60, total_steps=10_000, start_step=1000)  # resumed at step 1000
+    clock[0] += 50
+    plain.update(1500, [3.0, 5.0])  # 500 steps in 50 s: 10 steps/s, 8500 steps left
+    clock[0] += 30
+    plain.update(1800, [])  # within the interval: no line
+    out = capsys.readouterr().out
+    assert out == "step 1500/10000 (15%)  10 steps/s  score(last 100) 4.0  elapsed 0:00:50  eta 0:14:10\n"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    live = pa.Progress(True, 60, total_steps=100_000, start_step=0)
+    clock[0] += 100
+    live.update(1000, [])  # 10 steps/s, 99,000 steps left: 2 h 45 min
+    assert capsys.readouterr().out == "\rstep 1000/100000  10 steps/s  score(last 100) -  eta 2:45:00   "
+
+
+def test_start_line_says_the_cpu_stands_in_for_a_missing_gpu(tmp_path, monkeypatch, capsys):
+    """--cuda is the default; without a GPU the run says it trains on the CPU. The budget is rounded."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, err, out = run_main_in_process(["--total-timesteps", 100, "--num-envs", 2, "--num-steps", 16,
+                                          "--update-epochs", 1], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert ("96 steps (--total-timesteps 100 rounded down to whole rollouts of 32 steps) on cpu, 1 thread "
+            "(no GPU found); logs in runs/") in lines[0], lines[0]
+    assert lines[-1].startswith(f"{SCRIPT}: done, 96 steps in "), lines[-1]
+
+
+def test_resume_of_a_finished_run_trains_nothing_and_writes_nothing(trained, tmp_path, monkeypatch, capsys):
+    result, cwd = trained["ale-vector"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    before = {p: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    for extra in ([], ["--threads", 3]):
+        code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt", *extra], tmp_path,
+                                             monkeypatch, capsys)
+        assert code == 0 and err == "", err
+        assert out.strip() == (f"{run_dir.name} already finished (512 of 512 steps): nothing to train. To train "
+                               "longer, start a new run with a larger --total-timesteps.")
+    assert list(tmp_path.iterdir()) == []
+    assert {p: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+    # --threads is torch's default unless given: no call without it, the number given with it.
+    assert threads == [3]
+
+
+def test_extending_a_finished_run_is_explained(trained, tmp_path, monkeypatch, capsys):
+    result, cwd = trained["ale-vector"]
+    assert_ok(result)
+    error = fail_line(["--resume", only_run_dir(cwd) / "checkpoint.pt", "--total-timesteps", 1024], tmp_path,
+                      monkeypatch, capsys)
+    assert "--total-timesteps 1024 differs" in error and "learning-rate schedule" in error and "new run" in error
+
+
+@pytest.fixture
+def restore_signal_handlers():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def signal_on_call(monkeypatch, owner, name, call, sig):
+    """Make the `call`-th call of owner.name send `sig` to this process first: a signal at that moment."""
+    original, calls = getattr(owner, name), [0]
+
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+# 2 envs x 16 steps, 10 iterations of 32 steps; per iteration the rollout calls the policy 16 times and the
+# update 16 times (4 epochs x 4 minibatches of 8).
+BATCH = 32
+TEN = ["--total-timesteps", 320, "--num-envs", 2, "--num-steps", 16, "--no-cuda"]
+STOP_MOMENTS = {
+    # name: (where the signal lands, extra args, signal, the last whole iteration the checkpoint must hold)
+    "mid_rollout": (lambda mp: signal_on_call(mp, pa.Agent, "get_action_and_value", 2 * 32 + 10, signal.SIGTERM),
+                    ["--checkpoint-every", 4], signal.SIGTERM, 2),
+    "mid_rollout_ale_vector": (
+        lambda mp: signal_on_call(mp, pa.Agent, "get_action_and_value", 2 * 32 + 10, signal.SIGTERM),
+        ["--env-path", "ale-vector"], signal.SIGTERM, 2),
+    # A stop during an update lets the update finish: a checkpoint never holds a half-updated network.
+    "mid_update": (lambda mp: signal_on_call(mp, pa, "clipped_surrogate", 2 * 16 + 5, signal.SIGINT),
+                   [], signal.SIGINT, 3),
+    # Slurm's warning arrives while the periodic checkpoint of iteration 2 is being written.
+    "during_checkpoint_write": (lambda mp: signal_on_call(mp, torch, "save", 2, signal.SIGUSR1),
+                                ["--checkpoint-every", 1], signal.SIGUSR1, 2),
+}
+
+
+@pytest.fixture
+def stopped_run(request, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+    arrange, extra, sig, iteration = STOP_MOMENTS[request.param]
+    arrange(monkeypatch)
+    code, err, out = run_main_in_process([*TEN, *extra], tmp_path, monkeypatch, capsys)
+    monkeypatch.undo()
+    return {"code": code, "err": err, "out": out, "sig": sig, "iteration": iteration, "cwd": tmp_path,
+            "run_dir": only_run_dir(tmp_path)}
+
+
+@pytest.mark.parametrize("stopped_run", list(STOP_MOMENTS), indirect=True)
+def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run):
+    run_dir, iteration, sig = stopped_run["run_dir"], stopped_run["iteration"], stopped_run["sig"]
+    assert stopped_run["code"] == 128 + sig, stopped_run["err"]
+    assert stopped_run["err"] == ""
+    path = run_dir.relative_to(stopped_run["cwd"]) / "checkpoint.pt"
+    stop_lines = [line for line in stopped_run["out"].splitlines() if "stopped by" in line]
+    assert stop_lines == [f"{SCRIPT}: stopped by {sig.name} at step {iteration * BATCH}; checkpoint saved to "
+                          f"{path}; resume with: python {SCRIPT}.py --resume {path}"]
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == iteration and ckpt["global_step"] == iteration * BATCH
+    assert not (run_dir / "checkpoint.pt.tmp").exists()
+    # The logs are intact up to the checkpoint: every iteration it holds is logged, once.
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, iteration + 1)], tag
+
+
+@pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
+def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run, tmp_path_factory, monkeypatch,
+                                                                      capsys, restore_signal_handlers):
+    run_dir = stopped_run["run_dir"]
+    # A copy of the stopped run, resumed with checkpoint settings of its own on the command line.
+    copy_cwd = tmp_path_factory.mktemp("copy")
+    shutil.copytree(run_dir, copy_cwd / "runs" / run_dir.name)
+    saves, save = [], pa.save_checkpoint
+
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+        saves.append((os.path.dirname(os.path.abspath(path)), iteration))
+        return save(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+
+    monkeypatch.setattr(pa, "save_checkpoint", counting_save)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
+    code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
+    assert code == 0, err
+    assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
+    assert "resuming at step 64" in out.splitlines()[0]
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, 11)], tag
+    np.testing.assert_allclose([v for _, v in scalars["charts/learning_rate"]],
+                               [LR * (1 - i / 10) for i in range(10)], rtol=1e-6)
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
+    assert saves == [(str(run_dir), 4), (str(run_dir), 8)]
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
+
+    saves.clear()
+    copy = copy_cwd / "runs" / run_dir.name
+    code, err, _ = run_main_in_process(["--resume", copy / "checkpoint.pt", "--save-model", "--checkpoint-every", 3],
+                                       copy_cwd, monkeypatch, capsys)
+    assert code == 0, err
+    assert saves == [(str(copy), 3), (str(copy), 6), (str(copy), 9), (str(copy), 10)]  # the command line wins
+    ckpt = torch.load(copy / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["iteration"] == 10 and ckpt["args"]["checkpoint_every"] == 3 and ckpt["args"]["save_model"] is True
+
+
+def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_signal_handlers):
+    """--checkpoint-minutes: a checkpoint once that much wall time has passed since the last one."""
+    clock = [1000.0]
+    monkeypatch.setattr(pa.time, "time", lambda: clock[0])
+    saves, save = [], pa.save_checkpoint
+
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+        saves.append(iteration)
+        return save(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+
+    monkeypatch.setattr(pa, "save_checkpoint", counting_save)
+    compute_gae = pa.compute_gae
+
+    def gae_and_tick(*args, **kwargs):  # each iteration takes 40 "seconds"
+        clock[0] += 40.0
+        return compute_gae(*args, **kwargs)
+
+    monkeypatch.setattr(pa, "compute_gae", gae_and_tick)
+    code, err, _ = run_main_in_process([*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+
+
+def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):
+    stop = pa.StopSignals()
+    assert not stop
+    exits = []
+    monkeypatch.setattr(pa.os, "_exit", lambda code: exits.append(code))
+    stop._handle(signal.SIGUSR1, None)
+    stop._handle(signal.SIGTERM, None)  # Slurm signals every process of a job: a repeat is not an emergency
+    assert stop and stop.signum == signal.SIGUSR1 and exits == []
+    stop._handle(signal.SIGINT, None)  # a second Ctrl-C: a person who will not wait
+    assert exits == [130]
+
+
+@pytest.mark.parametrize("path, sig", [("wrappers", signal.SIGTERM), ("ale-vector", signal.SIGINT)],
+                         ids=["wrappers-SIGTERM", "ale-vector-SIGINT"])
+def test_signal_to_a_real_process(path, sig, tmp_path):
+    """The whole path through a real process, its output in a pipe: progress lines, then a clean stop. On
+    ale-vector the games run in C++ threads: the signal must still reach the handler, and the env close."""
+    cmd = [sys.executable, str(REPO_ROOT / f"{SCRIPT}.py"), "--total-timesteps", 1_000_000, "--num-envs", 2,
+           "--num-steps", 32, "--progress-interval", 0, "--no-cuda", "--env-path", path]
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # the start line
+        assert first.startswith(f"{SCRIPT}: {BREAKOUT}"), first + proc.stderr.read()
+        assert proc.stdout.readline().startswith("step 64/")  # training: the handlers are in place
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert err == "" and "Traceback" not in out
+    stop = [line for line in out.splitlines() if f"stopped by {sig.name}" in line]
+    assert len(stop) == 1 and "--resume" in stop[0]
+    step = int(re.search(r"at step (\d+)", stop[0])[1])
+    ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == step and step % 64 == 0 and 64 <= step < 1_000_000
+
+
+def test_evaluation_videos_are_the_whole_games_played(tmp_path, monkeypatch):
+    """Recorded on the raw emulator: one video per evaluated game, each with every frame of the game."""
+    frames_per_game, make_env = [], pa.make_env
+
+    def tapped_make_env(*args, **kwargs):
+        thunk = make_env(*args, **kwargs)
+
+        def make_tapped():
+            env = thunk()
+            raw = env.unwrapped
+            reset, step = raw.reset, raw.step
+
+            def recording_reset(*, seed=None, options=None):
+                frames_per_game.append(1)  # the first frame of a game
+                return reset(seed=seed, options=options)
+
+            def recording_step(action):
+                frames_per_game[-1] += 1
+                return step(action)
+
+            raw.reset, raw.step = recording_reset, recording_step
+            return env
+
+        return make_tapped
+
+    monkeypatch.setattr(pa, "make_env", tapped_make_env)
+    torch.manual_seed(0)
+    agent = pa.Agent(4)  # untrained: loses its lives quickly
+    scores = pa.evaluate(agent, BREAKOUT, 2, False, 3, torch.device("cpu"), 0.0, video_dir=str(tmp_path / "v"))
+    assert len(scores) == 2 and len(frames_per_game) == 2  # no third game started after the last
+    videos = sorted((tmp_path / "v").glob("*.mp4"))
+    assert [v.name for v in videos] == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
+    for video, frames in zip(videos, frames_per_game):
+        capture, count = cv2.VideoCapture(str(video)), 0
+        while capture.read()[0]:
+            count += 1
+        assert count == frames and frames > 100  # every frame of a whole game (5 lives), no life cut it short
+
+
+def test_evaluation_records_every_game_quietly(trained, tmp_path):
+    """--eval-checkpoint --capture-video, here of a policy trained on ale-vector: evaluation plays through the
+    wrappers, so it records; no SDL or ALE noise on stderr without a display."""
+    result, cwd = trained["ale-vector"]
+    assert_ok(result)
+    run_dir = only_run_dir(cwd)
+    env = script_env()
+    env.pop("SDL_VIDEODRIVER", None)
+    env.pop("XDG_RUNTIME_DIR", None)
+    evaluated = run_script(SCRIPT, "--eval-checkpoint", run_dir / "checkpoint.pt", "--eval-episodes", 2,
+                           "--capture-video", "--no-cuda", cwd=tmp_path, env=env)
+    assert_ok(evaluated)
+    assert evaluated.stderr == ""
+    videos = tmp_path / "videos" / run_dir.name / "eval-at-step-512"
+    assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(2)]
+    assert f"videos of the 2 games in videos/{run_dir.name}/eval-at-step-512" in evaluated.stdout
+    assert not (tmp_path / "runs").exists()
