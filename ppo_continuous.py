@@ -1,14 +1,22 @@
 """PPO for continuous actions (MuJoCo: HalfCheetah, Hopper, Walker2d, ...; also Pendulum-v1).
 
 One file, read top to bottom: settings, the math as small pure functions, the normalisation statistics,
-the network, the environment, checkpoints, then the training loop in `main()`. Tags like `[cont-6]` name
-the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for them.
+the network, the environment, checkpoints, what a long run says and how it stops, then the training loop in
+`main()`. Tags like `[cont-6]` name the implementation details of Huang et al., "The 37 Implementation
+Details of PPO" (2022); search for them.
 
     python ppo_continuous.py --env-id Hopper-v5 --seed 3
     python ppo_continuous.py --help
+
+SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 stop a run at its next safe point with a checkpoint of its last whole
+iteration (model, optimizer and normalisation statistics), and the command that resumes it.
 """
 
+import contextlib
+import math
 import os
+import re
+import signal
 import sys
 import time
 from collections import deque
@@ -37,7 +45,8 @@ class Args:
     cuda: bool = False
     """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
     threads: int = 1
-    """torch CPU threads; one is fastest for these small networks and lets a sweep run one seed per core"""
+    """torch CPU threads; one, as these 64-64 MLPs are too small to share out (one thread beat two on the same
+    MLPs in a CartPole loop: ~3850 against ~2500-3000 steps/s), and a sweep can then run one seed per core"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -45,17 +54,24 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s of env 0's episodes under videos/{run_name} (headless: MUJOCO_GL=egl unless set)"""
+    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
+    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode
+    (headless: MUJOCO_GL=egl unless set)"""
     progress: bool = True
-    """show a progress line (only when stdout is a terminal)"""
+    """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
+    progress_interval: float = 60.0
+    """seconds between the plain progress lines printed when stdout is not a terminal (a log file)"""
 
     # --- checkpoints and evaluation ---
     save_model: bool = False
-    """write runs/{run_name}/checkpoint.pt at the end of training"""
+    """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
     checkpoint_every: int = 0
     """also write it every N iterations (0: never)"""
+    checkpoint_minutes: float = 0.0
+    """also write it every M minutes of wall time (0: never); on a cluster, a kill then costs at most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint (hyperparameters come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
+    come from the checkpoint)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10
@@ -105,17 +121,19 @@ class Args:
     norm_reward: bool = True
     """scale rewards by the running std of the discounted return"""
     clip_obs: float = 10.0
-    """clip normalised observations to +-this"""
+    """clip normalised observations to +-this (inf: no clipping)"""
     clip_reward: float = 10.0
-    """clip scaled rewards to +-this"""
+    """clip scaled rewards to +-this (inf: no clipping)"""
     bootstrap_truncation: bool = True
     """bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as
     terminations, exactly like openai/baselines ppo2 and CleanRL"""
 
 
-# Fields a resumed run takes from its checkpoint; the others (logging, checkpoints) may change.
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,7 +217,8 @@ class RunningMeanStd:
         self.var, self.count = m2 / total, total
 
     def state_dict(self):
-        return {"mean": torch.as_tensor(self.mean), "var": torch.as_tensor(self.var), "count": self.count}
+        """A copy: it keeps these numbers while the statistics move on (a checkpoint may be written later)."""
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": self.count}
 
     def load_state_dict(self, state):
         self.mean, self.var, self.count = state["mean"].numpy(), state["var"].numpy(), state["count"]
@@ -275,13 +294,43 @@ def fail(message):
     sys.exit(2)
 
 
-def make_env(env_id, idx, capture_video, video_dir):
+def gym_make_quietly(env_id, **kwargs):
+    """gym.make without MuJoCo's noise. MuJoCo 4's model compiler warns, from C, that gymnasium's own model
+    files use deprecated attributes (HalfCheetah: "compiler attribute 'settotalmass' is deprecated"), and
+    appends that to MUJOCO_LOG.TXT in the working directory: news about gymnasium's files, not about the run.
+    While the env is made, MuJoCo's warnings go to a hook instead: deprecations are dropped, any other warning
+    is still printed. Warnings while training (an unstable simulation) keep MuJoCo's own handling."""
+    try:
+        is_mujoco = "mujoco" in str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        is_mujoco = False  # an unknown id: gym.make says so
+    if not is_mujoco:
+        return gym.make(env_id, **kwargs)
+    import mujoco
+
+    def hook(message):
+        if "deprecated" not in message:
+            print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(hook)
+    try:
+        return gym.make(env_id, **kwargs)
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
     def thunk():
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_dir, disable_logger=True)
+            # Frames are drawn off-screen; without a display SDL (Pendulum draws with pygame) would otherwise
+            # print a misleading "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            env = gym_make_quietly(env_id, render_mode="rgb_array")
+            trigger = (lambda episode: True) if every_episode else None  # None: gymnasium's 0, 1, 8, 27, ...
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
         else:
-            env = gym.make(env_id)
+            env = gym_make_quietly(env_id)
         return env
 
     return thunk
@@ -292,7 +341,7 @@ def check_env(env_id):
     if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
         fail(f"{env_id} is an Atari game: use ppo_atari.py")
     try:
-        env = gym.make(env_id)
+        env = gym_make_quietly(env_id)
     except (gym.error.Error, ImportError) as e:
         fail(f"unknown or unavailable env id '{env_id}': {e}")
     obs_space, act_space = env.observation_space, env.action_space
@@ -315,29 +364,53 @@ def flags_given():
 
 
 def check_args(args):
+    """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
+    def need(name, ok, allowed):
+        if not ok:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: it must be {allowed}")
+
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
+                 "threads"):
+        need(name, getattr(args, name) >= 1, ">= 1")
+    for name in ("seed", "checkpoint_every"):
+        need(name, getattr(args, name) >= 0, ">= 0")
+    for name in ("checkpoint_minutes", "progress_interval", "ent_coef"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) >= 0, ">= 0")
+    for name in ("learning_rate", "clip_coef", "vf_coef", "max_grad_norm"):
+        need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0")
+    for name in ("gamma", "gae_lambda"):
+        need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
+    for name in ("clip_obs", "clip_reward"):  # [cont-7] [cont-9] a bound of 0 would zero every input or reward
+        need(name, getattr(args, name) > 0, "> 0 (inf: no clipping)")
+    if args.target_kl is not None:
+        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
+        fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
+             "(not empty, no '/', no '__', which separates the fields of a run name)")
+    if args.eval_checkpoint and args.resume:
+        fail("--eval-checkpoint evaluates and --resume trains: give one of them")
     batch_size = args.num_envs * args.num_steps
-    if min(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) < 1:
-        fail("--num-envs, --num-steps, --num-minibatches and --update-epochs must be at least 1")
     if batch_size % args.num_minibatches:
         fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
              "choose --num-minibatches that divides it")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.checkpoint_every < 0 or args.eval_episodes < 1 or args.threads < 1:
-        fail("--checkpoint-every must be >= 0, --eval-episodes and --threads >= 1")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
 
 
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
+    if os.path.isdir(path):
+        fail(f"{path} is a folder, not a checkpoint file (a run's checkpoint is RUN_DIR/checkpoint.pt)")
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script, saved_env_id = ckpt["script"], ckpt["args"]["env_id"]
-    except Exception as e:  # a truncated or foreign file can fail in many ways
-        fail(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    except Exception as e:  # a truncated or foreign file can fail in many ways; torch's own advice does not apply
+        fail(f"cannot read checkpoint {path}: it is not a checkpoint of these scripts, or it is damaged "
+             f"({type(e).__name__})")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
     missing = set(HYPERPARAMETERS) - set(ckpt["args"])
@@ -348,24 +421,157 @@ def load_checkpoint(path, args):
     return ckpt
 
 
-def save_checkpoint(path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, iteration):
-    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
+def merge_resumed_args(args, ckpt):
+    """A resumed run is the same run: it keeps the checkpoint's hyperparameters, and its checkpoint settings
+    unless the command line gives new ones."""
+    given = flags_given()
+    for name in HYPERPARAMETERS:
+        saved = ckpt["args"][name]
+        if name in given and getattr(args, name) != saved:
+            why = (" (its learning-rate schedule anneals over the budget, so a run cannot be extended: start a new "
+                   "run with the budget you want)" if name == "total_timesteps" else "")
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}: a resumed "
+                 f"run keeps the hyperparameters it was started with{why}")
+        setattr(args, name, saved)
+    for name in CHECKPOINT_SETTINGS:
+        if name not in given and name in ckpt["args"]:
+            setattr(args, name, ckpt["args"][name])
+    check_args(args)  # the merged settings, as they will run
+
+
+def resumed_run_dir(checkpoint_path, run_name):
+    """A checkpoint in its own run folder resumes there, from wherever it is started; a copy kept elsewhere
+    resumes into runs/{run_name} under the working directory."""
+    folder = os.path.dirname(os.path.abspath(checkpoint_path))
+    return folder if os.path.basename(folder) == run_name else os.path.join("runs", run_name)
+
+
+def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer=None):
+    """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
+    even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
+    up to the checkpoint's step is on disk when the checkpoint says it was done.
+
+    `stats` holds the normalisation statistics as they were at the end of that iteration's rollout: what an
+    uninterrupted run goes on with. A stop drops a partial rollout, but its observations and rewards have
+    already moved the running statistics; saving those would count steps the checkpoint never trained on."""
+    if writer is not None:
+        writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
-        "obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict(),
+        "obs_rms": stats["obs_rms"], "return_rms": stats["return_rms"],
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": {"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
     tmp = f"{path}.tmp"
-    torch.save(ckpt, tmp)
+    with open(tmp, "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def evaluate(agent, obs_rms, args, device):
+def checkpoint_due(args, iteration, last_saved_at):
+    """The periodic checkpoint: every --checkpoint-every iterations and/or every --checkpoint-minutes."""
+    if args.checkpoint_every and iteration % args.checkpoint_every == 0:
+        return True
+    return bool(args.checkpoint_minutes) and time.time() - last_saved_at >= 60 * args.checkpoint_minutes
+
+
+# ----------------------------------------------------------------------------------------------
+# Long runs: stop signals, and the lines a run prints
+# ----------------------------------------------------------------------------------------------
+
+
+class StopSignals:
+    """SIGTERM (`kill`; Slurm at a time limit or preemption), SIGINT (Ctrl-C) and SIGUSR1 (Slurm's --signal
+    warning) ask the training loop to stop at its next safe point: the handler only records the signal, and
+    the loop looks at it between env steps and after each update, then writes a checkpoint and exits. Slurm
+    signals every process of a job, so repeats are ignored while the stop is under way; a second Ctrl-C is a
+    person who will not wait, and exits at once (the last checkpoint on disk stays intact)."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum is None:
+            self.signum = signum
+        elif signum == signal.SIGINT:
+            os.write(2, b"second Ctrl-C: exiting at once; the last checkpoint written is kept\n")
+            os._exit(130)
+
+    def __bool__(self):
+        return self.signum is not None
+
+
+def fmt_duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
+    a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
+    goes and what it has reached."""
+
+    def __init__(self, enabled, interval, total_steps, start_step):
+        self.live = enabled and sys.stdout.isatty()
+        self.plain = enabled and not self.live
+        self.interval, self.total_steps = interval, total_steps
+        self.start_time, self.start_step, self.last_line = time.time(), start_step, None
+
+    def steps_per_second(self, global_step):
+        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def update(self, global_step, recent_returns):
+        mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+        sps = self.steps_per_second(global_step)
+        if self.live:
+            print(f"\rstep {global_step}/{self.total_steps}  {sps} steps/s  return(last 100) {mean_return}   ",
+                  end="", flush=True)
+        elif self.plain and (self.last_line is None or time.time() - self.last_line >= self.interval):
+            self.last_line = time.time()
+            print(f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
+                  f"{sps} steps/s  return(last 100) {mean_return}  "
+                  f"elapsed {fmt_duration(time.time() - self.start_time)}", flush=True)
+
+    def end_line(self):
+        if self.live:
+            print()
+
+
+def announce_start(args, run_dir, device, steps, start_step):
+    """One line that says what the run is doing, for whoever reads its log later."""
+    rounded = "" if steps == args.total_timesteps else (
+        f" (--total-timesteps {args.total_timesteps} rounded down to whole rollouts of "
+        f"{args.num_envs * args.num_steps} steps)")
+    resumed = f", resuming at step {start_step}" if start_step else ""
+    print(f"{SCRIPT}: {args.env_id}, seed {args.seed}, {steps} steps{rounded} on {device}{resumed}; "
+          f"logs in {run_dir}", flush=True)
+
+
+def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
+    mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "- (no episode ended)"
+    saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
+    print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
+          f"({progress.steps_per_second(global_step)} steps/s); return(last 100) {mean_return}; "
+          f"logs in {run_dir}{saved}", flush=True)
+
+
+def exit_after_signal(signum, step, ckpt_path):
+    """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
+    print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
+          f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
+    sys.exit(128 + signum)
+
+
+def evaluate(agent, obs_rms, args, device, video_dir=None):
     """Run the policy without training, with the normalisation statistics frozen as they were saved.
-    Returns the episode returns in the environment's own reward units."""
-    env = gym.make(args.env_id)
+    Returns the episode returns in the environment's own reward units. With video_dir, every episode is
+    recorded."""
+    env = make_env(args.env_id, 0, video_dir is not None, video_dir, every_episode=True)()
     low, high = env.action_space.low, env.action_space.high
     returns = []
     for episode in range(args.eval_episodes):
@@ -421,31 +627,35 @@ def main():
             setattr(args, name, ckpt["args"][name])
         agent = Agent(obs_size, action_size).to(device)
         agent.load_state_dict(ckpt["model"])
-        returns = evaluate(agent, obs_rms, args, device)
+        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}" if args.capture_video else None
+        returns = evaluate(agent, obs_rms, args, device, video_dir)
         mode = "deterministic" if args.eval_deterministic else "sampled"
         print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode})")
+        if video_dir:
+            print(f"videos of the {len(returns)} episodes in {video_dir}")
         return
 
     if ckpt is not None:
-        for name in HYPERPARAMETERS:
-            saved = ckpt["args"][name]
-            if name in flags_given() and getattr(args, name) != saved:
-                fail(f"--{name.replace('_', '-')} {getattr(args, name)} differs from the checkpoint's {saved}; "
-                     "a resumed run keeps its hyperparameters")
-            setattr(args, name, saved)
-        check_args(args)  # the merged settings, as they will run
+        merge_resumed_args(args, ckpt)
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
+    if ckpt is not None:
         run_name = ckpt["run_name"]
+        run_dir = resumed_run_dir(args.resume, run_name)
+        if ckpt["iteration"] >= num_iterations:
+            print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
+                  f"to train. To train longer, start a new run with a larger --total-timesteps.")
+            return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
         video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        if os.path.exists(f"runs/{run_name}"):
-            fail(f"runs/{run_name} already exists; not overwriting it")
+        run_dir = os.path.join("runs", run_name)
+        if os.path.exists(run_dir):
+            fail(f"{run_dir} already exists; not overwriting it")
         video_dir = f"videos/{run_name}"
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = args.total_timesteps // batch_size
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    ckpt_path = os.path.join(run_dir, "checkpoint.pt")
 
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
     # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
@@ -479,13 +689,13 @@ def main():
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.tensorboard.patch(root_logdir=run_dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
                    name=run_name, id=run_name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=global_step + 1 if ckpt else None)
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None)
     if ckpt is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -512,8 +722,11 @@ def main():
     next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
     discounted_return = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=100)
-    show_progress = args.progress and sys.stdout.isatty()
-    start_time, start_step = time.time(), global_step
+    progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
+    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
+    stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
+    # A checkpoint saves the statistics of the last whole rollout, not ones a dropped partial rollout has moved.
+    stats = {"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -524,6 +737,8 @@ def main():
 
         # --- rollout ---
         for step in range(args.num_steps):
+            if stop:
+                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
             global_step += args.num_envs
             obs[step] = next_obs
             with torch.inference_mode():
@@ -555,6 +770,10 @@ def main():
                     recent_returns.append(episodic_return)
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(info["episode"]["l"][i]), global_step)
+
+        if stop:
+            break
+        stats = {"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}  # this iteration's
 
         # --- advantages ---
         with torch.inference_mode():
@@ -605,7 +824,8 @@ def main():
                 break
 
         # --- log ---
-        sps = int((global_step - start_step) / (time.time() - start_time))
+        completed = iteration
+        sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
@@ -616,22 +836,23 @@ def main():
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
-        if show_progress:
-            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            print(f"\rstep {global_step}/{args.total_timesteps}  {sps} steps/s  return(last 100) {mean_return}   ",
-                  end="", flush=True)
-        if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-            save_checkpoint(ckpt_path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, iteration)
+        progress.update(global_step, recent_returns)
+        if stop:
+            break
+        if checkpoint_due(args, iteration, last_saved_at):
+            save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, global_step, iteration, writer)
+            last_saved_at = time.time()
 
-    if show_progress:
-        print()
-    if args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, obs_rms, return_rms, args, run_name, global_step, num_iterations)
-        print(f"checkpoint saved to {ckpt_path}")
+    progress.end_line()
+    if stop or args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, writer)
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
+    if stop:
+        exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
+    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,18 @@
-"""Tests of ppo_continuous.py: the Gaussian policy, the normalisation statistics, checkpoints, end-to-end runs
-and bad input. Training runs are tiny (4 iterations of 256 steps) and go in subprocesses with a temporary
-working directory; one test runs main() in-process with a custom env to see the actions at loop level."""
+"""Tests of ppo_continuous.py: the Gaussian policy, the normalisation statistics, checkpoints, end-to-end runs,
+bad input, and long runs (stop signals, progress lines, checkpoint cadence). Training runs are tiny (4
+iterations of 256 steps) and go in subprocesses with a temporary working directory; tests that need to reach
+into the loop (a custom env, a signal at a chosen moment, a fake clock) run main() in-process."""
 
 import math
+import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
+from typing import Optional
 
 import gymnasium as gym
 import numpy as np
@@ -13,7 +20,7 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from conftest import load_script, only_run_dir, read_scalars, run_script, run_scripts
+from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
 
 SCRIPT = "ppo_continuous"
 # 4 iterations of 256 steps, 4 minibatches of 64, 2 epochs: a Pendulum run logs 5 episodes of 200 steps.
@@ -25,6 +32,35 @@ ITERATION_STEPS = [256, 512, 768, 1024]
 @pytest.fixture(scope="module")
 def pc():
     return load_script(SCRIPT)
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """main() in this process installs its stop handlers: put pytest's back afterwards."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def run_main_in_process(pc, args, cwd, monkeypatch, capsys):
+    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
+    which is what would have printed a traceback."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
+                        torch.distributions.Distribution._validate_args)
+    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        pc.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return code, captured.err, captured.out
 
 
 def _ok(result):
@@ -80,13 +116,13 @@ def resumed_run(pendulum_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def finished_resume(pendulum_run, tmp_path_factory):
-    """Resume the finished checkpoint (no iterations left) with --save-model."""
-    cwd = tmp_path_factory.mktemp("resume_finished")
-    run_dir = _copy_runs(pendulum_run, cwd)
-    shutil.copy(pendulum_run["ckpt"], cwd / "finished.pt")
-    result = run_script(SCRIPT, "--resume", cwd / "finished.pt", "--save-model", cwd=cwd)
-    _ok(result)
-    return {"saved": _load(cwd / "finished.pt"), "written": _load(run_dir / "checkpoint.pt"), "cwd": cwd}
+    """Resume the finished checkpoint (no iterations left), in a copy of its run folder, with --save-model,
+    from an empty working directory."""
+    copy, cwd = tmp_path_factory.mktemp("finished_copy"), tmp_path_factory.mktemp("resume_finished")
+    run_dir = _copy_runs(pendulum_run, copy)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    result = run_script(SCRIPT, "--resume", run_dir / "checkpoint.pt", "--save-model", cwd=cwd)
+    return {"result": result, "cwd": cwd, "run_dir": run_dir, "before": before}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,22 +458,15 @@ def test_resume_keeps_the_charts_logged_up_to_the_checkpoint_and_continues_them(
     assert _steps(scalars, "charts/episodic_return") == [200, 400, 512 + 200, 512 + 400]
 
 
-def test_resume_finished_checkpoint_keeps_model_and_return_statistics(finished_resume):
-    saved, written = finished_resume["saved"], finished_resume["written"]
-    assert written["iteration"] == saved["iteration"] == 4
-    assert written["global_step"] == saved["global_step"] == 1024
-    assert written["model"].keys() == saved["model"].keys()
-    assert all(torch.equal(written["model"][k], saved["model"][k]) for k in saved["model"])
-    assert torch.equal(written["return_rms"]["mean"], saved["return_rms"]["mean"])
-    assert torch.equal(written["return_rms"]["var"], saved["return_rms"]["var"])
-    assert written["return_rms"]["count"] == saved["return_rms"]["count"]
-
-
-def test_resume_finished_checkpoint_writes_back_the_same_observation_statistics(finished_resume):
-    saved, written = finished_resume["saved"], finished_resume["written"]
-    assert written["obs_rms"]["count"] == saved["obs_rms"]["count"]
-    assert torch.equal(written["obs_rms"]["mean"], saved["obs_rms"]["mean"])
-    assert torch.equal(written["obs_rms"]["var"], saved["obs_rms"]["var"])
+def test_resume_finished_checkpoint_says_so_and_writes_nothing(finished_resume):
+    result = finished_resume["result"]
+    _ok(result)
+    assert "already finished" in result.stdout and "larger --total-timesteps" in result.stdout
+    assert result.stderr == ""
+    assert list(finished_resume["cwd"].iterdir()) == []
+    # the run folder is untouched: same files, same bytes (no new event file, checkpoint not rewritten)
+    after = {p.name: p.read_bytes() for p in finished_resume["run_dir"].iterdir()}
+    assert after == finished_resume["before"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,14 +517,32 @@ def test_same_seed_same_curve_other_seed_differs(pendulum_run, tmp_path):
     assert _values(other, "charts/episodic_return") != _values(reference, "charts/episodic_return")
 
 
-def test_capture_video_writes_mp4(tmp_path):
-    result = run_script(SCRIPT, "--env-id", "InvertedPendulum-v5", *TINY, "--capture-video", cwd=tmp_path)
+def test_capture_video_writes_mp4_in_training_and_of_every_evaluated_episode(tmp_path):
+    env = script_env()
+    env.pop("MUJOCO_GL", None)  # the script picks headless EGL itself
+    result = run_script(SCRIPT, "--env-id", "InvertedPendulum-v5", *TINY, "--capture-video", "--save-model",
+                        cwd=tmp_path, env=env)
     if result.returncode != 0 and ("EGL" in result.stderr or "egl" in result.stderr):
         pytest.skip(f"headless MuJoCo rendering (EGL) unavailable here: {result.stderr.strip().splitlines()[-1]}")
     _ok(result)
-    videos = list((tmp_path / "videos" / only_run_dir(tmp_path).name).glob("*.mp4"))
-    assert any(v.name == "rl-video-episode-0.mp4" for v in videos), videos
-    assert all(v.stat().st_size > 0 for v in videos)
+    assert result.stderr == ""
+    run_dir = only_run_dir(tmp_path)
+    videos = tmp_path / "videos" / run_dir.name
+    trained = list(videos.glob("*.mp4"))
+    assert any(v.name == "rl-video-episode-0.mp4" for v in trained), trained
+    assert all(v.stat().st_size > 0 for v in trained)
+    # gymnasium's schedule in training: the cubes (0, 1, 8, 27, 64, ...), never episode 2
+    assert {int(v.stem.rsplit("-", 1)[1]) for v in trained} <= {0, 1, 8, 27, 64, 125, 216}
+
+    # --eval-checkpoint --capture-video: every evaluated episode, in a folder of its own
+    evaluation = run_script(SCRIPT, "--eval-checkpoint", run_dir / "checkpoint.pt", "--eval-episodes", 2,
+                            "--capture-video", cwd=tmp_path, env=env)
+    _ok(evaluation)
+    assert evaluation.stderr == ""
+    evaluated = videos / "eval-at-step-1024"
+    assert sorted(p.name for p in evaluated.glob("*.mp4")) == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
+    assert f"videos of the 2 episodes in videos/{run_dir.name}/eval-at-step-1024" in evaluation.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "videos"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -566,7 +613,84 @@ def test_bad_input_fails_with_one_error_line(case, bad_runs):
     assert result.stderr.strip().splitlines()[-1] == error_lines[0]
     for text in expected:
         assert text in error_lines[0], (text, error_lines[0])
+    assert "weights_only" not in error_lines[0]  # torch's unsafe advice is not the user's business
     assert not (cwd / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def range_cases(pendulum_run, tmp_path_factory):
+    """Settings refused before any work: name -> (arguments, words the error line must contain). The bad
+    setting comes last (the last of a repeated flag wins); PENDULUM keeps a case that wrongly passes short."""
+    files = tmp_path_factory.mktemp("range_files")
+    real = pendulum_run["ckpt"]
+    return {
+        "gamma_above_one": ([*PENDULUM, "--gamma", 1.5], ["--gamma 1.5 is out of range: it must be in [0, 1]"]),
+        "negative_lambda": ([*PENDULUM, "--gae-lambda", -0.1], ["--gae-lambda", "[0, 1]"]),
+        "negative_clip": ([*PENDULUM, "--clip-coef", -0.2], ["--clip-coef", "> 0"]),
+        "negative_learning_rate": ([*PENDULUM, "--learning-rate", -1], ["--learning-rate", "> 0"]),
+        "nan_learning_rate": ([*PENDULUM, "--learning-rate", "nan"], ["--learning-rate"]),
+        "negative_ent_coef": ([*PENDULUM, "--ent-coef", -0.01], ["--ent-coef", ">= 0"]),
+        "zero_vf_coef": ([*PENDULUM, "--vf-coef", 0], ["--vf-coef", "> 0"]),
+        "infinite_max_grad_norm": ([*PENDULUM, "--max-grad-norm", "inf"], ["--max-grad-norm"]),
+        "zero_target_kl": ([*PENDULUM, "--target-kl", 0], ["--target-kl"]),
+        "zero_epochs": ([*PENDULUM, "--update-epochs", 0], ["--update-epochs", ">= 1"]),
+        "zero_envs": ([*PENDULUM, "--num-envs", 0], ["--num-envs", ">= 1"]),
+        "zero_steps": (["--num-steps", 0, "--env-id", "Pendulum-v1"], ["--num-steps", ">= 1"]),
+        "zero_minibatches": (["--num-minibatches", 0, "--env-id", "Pendulum-v1"], ["--num-minibatches", ">= 1"]),
+        "zero_threads": ([*PENDULUM, "--threads", 0], ["--threads", ">= 1"]),
+        "negative_checkpoint_every": ([*PENDULUM, "--checkpoint-every", -1], ["--checkpoint-every", ">= 0"]),
+        "negative_checkpoint_minutes": ([*PENDULUM, "--checkpoint-minutes", -5], ["--checkpoint-minutes"]),
+        "negative_progress_interval": ([*PENDULUM, "--progress-interval", -1], ["--progress-interval"]),
+        "zero_eval_episodes": ([*PENDULUM, "--eval-episodes", 0], ["--eval-episodes"]),
+        "negative_seed": ([*PENDULUM, "--seed", -1], ["--seed", ">= 0"]),
+        # [cont-7] [cont-9] a clipping bound of 0 would zero every observation or reward
+        "zero_clip_obs": ([*PENDULUM, "--clip-obs", 0], ["--clip-obs", "> 0"]),
+        "negative_clip_reward": ([*PENDULUM, "--clip-reward", -10], ["--clip-reward", "> 0"]),
+        "nan_clip_obs": ([*PENDULUM, "--clip-obs", "nan"], ["--clip-obs"]),
+        "nested_exp_name": ([*PENDULUM, "--exp-name", "x/y"], ["--exp-name", "x/y"]),
+        "empty_exp_name": ([*PENDULUM, "--exp-name", ""], ["--exp-name"]),
+        "exp_name_with_separator": ([*PENDULUM, "--exp-name", "a__b"], ["--exp-name", "__"]),
+        "eval_and_resume": (["--eval-checkpoint", real, "--resume", real], ["--eval-checkpoint", "--resume"]),
+        "folder_as_checkpoint": (["--eval-checkpoint", files], ["folder"]),
+        "text_file_as_checkpoint": (["--eval-checkpoint", Path(__file__)], ["cannot read"]),
+        "extend_finished_run": (["--resume", real, "--total-timesteps", 2048],
+                                ["--total-timesteps", "learning-rate schedule", "new run"]),
+        "resume_changes_reward_clip": (["--resume", real, "--clip-reward", 5], ["--clip-reward", "checkpoint"]),
+    }
+
+
+RANGE_CASES = [
+    "gamma_above_one", "negative_lambda", "negative_clip", "negative_learning_rate", "nan_learning_rate",
+    "negative_ent_coef", "zero_vf_coef", "infinite_max_grad_norm", "zero_target_kl", "zero_epochs", "zero_envs",
+    "zero_steps", "zero_minibatches", "zero_threads", "negative_checkpoint_every", "negative_checkpoint_minutes",
+    "negative_progress_interval", "zero_eval_episodes", "negative_seed", "zero_clip_obs", "negative_clip_reward",
+    "nan_clip_obs", "nested_exp_name", "empty_exp_name", "exp_name_with_separator", "eval_and_resume",
+    "folder_as_checkpoint", "text_file_as_checkpoint", "extend_finished_run", "resume_changes_reward_clip",
+]
+
+
+@pytest.mark.parametrize("case", RANGE_CASES)
+def test_out_of_range_setting_fails_before_any_work(pc, range_cases, case, tmp_path, monkeypatch, capsys):
+    args, expected = range_cases[case]
+    code, err, out = run_main_in_process(pc, args, tmp_path, monkeypatch, capsys)
+    assert code == 2, (code, err, out)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+    assert "weights_only" not in lines[0]
+    assert out == "" and list(tmp_path.iterdir()) == []  # nothing said, nothing written
+
+
+def test_every_numeric_setting_is_range_checked(pc, tmp_path, monkeypatch, capsys):
+    """Each numeric field of Args given a value far outside any sensible range is refused, naming its flag:
+    a field added later without a check fails here."""
+    numeric = [f.name for f in fields(pc.Args) if f.type in (int, float, Optional[float])]
+    assert {"clip_obs", "clip_reward", "eval_episodes", "checkpoint_minutes", "target_kl"} <= set(numeric)
+    for name in numeric:
+        flag = f"--{name.replace('_', '-')}"
+        code, err, _ = run_main_in_process(pc, [flag, -5, "--env-id", "Pendulum-v1"], tmp_path, monkeypatch, capsys)
+        assert code == 2 and err.startswith(f"error: {flag} -5"), (name, err)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -595,3 +719,266 @@ def test_no_bootstrap_truncation_runs_and_changes_the_targets(pendulum_run, tmp_
     # a plain end instead of reward + gamma V(final obs), so the value targets and losses differ
     assert scalars["charts/episodic_return"][0] == reference["charts/episodic_return"][0]
     assert _values(scalars, "losses/value_loss")[0] != _values(reference, "losses/value_loss")[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Long runs: what the log says, stop signals, and a resumed run's checkpoint cadence
+# ----------------------------------------------------------------------------------------------
+
+PER_ITERATION_TAGS = ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss",
+                      "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
+                      "losses/explained_variance"]
+
+
+def test_output_to_a_file_says_what_the_run_does(pendulum_run):
+    """stdout is a pipe here, as in a Slurm log: a start line, plain progress lines, a summary line."""
+    out = pendulum_run["result"].stdout
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{SCRIPT}: Pendulum-v1, seed 1, 1024 steps on cpu; logs in runs/"), lines
+    progress = [line for line in lines if line.startswith("step ")]
+    # The first line comes after the first iteration, then one per --progress-interval (60 s by default).
+    assert progress and progress[0].startswith("step 256/1024 (25%)"), lines
+    assert re.search(r"\d+ steps/s +return\(last 100\) -?[\d.]+ +elapsed \d+:\d\d:\d\d", progress[0]), progress[0]
+    assert "\r" not in out  # the live terminal line is for terminals only
+    end = lines[-1]
+    assert end.startswith(f"{SCRIPT}: done, 1024 steps in "), end
+    assert f"logs in runs/{pendulum_run['run_dir'].name}" in end
+    assert end.endswith(f"checkpoint saved to runs/{pendulum_run['run_dir'].name}/checkpoint.pt")
+    # the mean of the last 100 episodes, in the env's own units: Pendulum's 5 episodes of the run
+    returns = [v for _, v in read_scalars(pendulum_run["run_dir"])["charts/episodic_return"]]
+    assert float(re.search(r"return\(last 100\) (-?[\d.]+)", end)[1]) == pytest.approx(np.mean(returns), abs=0.006)
+
+
+def test_mujoco_default_budget_rounding_is_announced(pc, capsys):
+    """The MuJoCo default, 1M steps in rollouts of 2048, trains 488 whole rollouts: 999,424 steps."""
+    args = pc.Args()
+    steps = args.total_timesteps // (args.num_envs * args.num_steps) * args.num_envs * args.num_steps
+    pc.announce_start(args, "runs/x", "cpu", steps, 0)
+    line = capsys.readouterr().out
+    assert "HalfCheetah-v5, seed 1, 999424 steps (--total-timesteps 1000000 rounded down to whole rollouts of " \
+           "2048 steps) on cpu; logs in runs/x" in line
+
+
+def test_budget_rounded_to_whole_rollouts_trains_what_it_announces(pc, tmp_path, monkeypatch, capsys):
+    code, err, out = run_main_in_process(pc, ["--env-id", "Pendulum-v1", "--total-timesteps", 600, "--num-steps", 128,
+                                              "--num-minibatches", 2, "--update-epochs", 1], tmp_path, monkeypatch,
+                                         capsys)
+    assert code == 0, err
+    assert "512 steps (--total-timesteps 600 rounded down to whole rollouts of 128 steps)" in out.splitlines()[0]
+    assert "done, 512 steps" in out.splitlines()[-1]
+    assert _steps(read_scalars(only_run_dir(tmp_path)), "losses/value_loss") == [128, 256, 384, 512]
+
+
+def signal_on_call(monkeypatch, owner, name, call, sig):
+    """Make the `call`-th call of owner.name send `sig` to this process first: a signal at that moment."""
+    original, calls = getattr(owner, name), [0]
+
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+# Pendulum, 2 envs x 32 steps = 64 per rollout, 10 iterations; per iteration the rollout calls the policy 32
+# times and the update 2 epochs x 2 minibatches = 4 times.
+BATCH = 64
+TEN = ["--env-id", "Pendulum-v1", "--total-timesteps", 640, "--num-envs", 2, "--num-steps", 32,
+       "--num-minibatches", 2, "--update-epochs", 2]
+STOP_MOMENTS = {
+    # name: (where the signal lands, extra args, signal, the last whole iteration the checkpoint must hold)
+    "mid_rollout": (lambda pc, mp: signal_on_call(mp, pc.Agent, "get_action_and_value", 2 * 36 + 10, signal.SIGTERM),
+                    ["--checkpoint-every", 4], signal.SIGTERM, 2),
+    # A stop during an update lets the update finish: a checkpoint never holds a half-updated network.
+    "mid_update": (lambda pc, mp: signal_on_call(mp, pc, "clipped_surrogate", 2 * 4 + 2, signal.SIGINT),
+                   [], signal.SIGINT, 3),
+    # Slurm's warning arrives while the periodic checkpoint of iteration 2 is being written.
+    "during_checkpoint_write": (lambda pc, mp: signal_on_call(mp, torch, "save", 2, signal.SIGUSR1),
+                                ["--checkpoint-every", 1], signal.SIGUSR1, 2),
+}
+
+
+@pytest.fixture
+def stopped_run(request, pc, tmp_path, monkeypatch, capsys):
+    arrange, extra, sig, iteration = STOP_MOMENTS[request.param]
+    arrange(pc, monkeypatch)
+    code, err, out = run_main_in_process(pc, [*TEN, *extra], tmp_path, monkeypatch, capsys)
+    monkeypatch.undo()
+    return {"code": code, "err": err, "out": out, "sig": sig, "iteration": iteration, "cwd": tmp_path,
+            "run_dir": only_run_dir(tmp_path)}
+
+
+@pytest.mark.parametrize("stopped_run", list(STOP_MOMENTS), indirect=True)
+def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run):
+    run_dir, iteration, sig = stopped_run["run_dir"], stopped_run["iteration"], stopped_run["sig"]
+    assert stopped_run["code"] == 128 + sig, stopped_run["err"]
+    assert stopped_run["err"] == ""
+    rel = run_dir.relative_to(stopped_run["cwd"])
+    stop_lines = [line for line in stopped_run["out"].splitlines() if "stopped by" in line]
+    assert stop_lines == [f"{SCRIPT}: stopped by {sig.name} at step {iteration * BATCH}; checkpoint saved to "
+                          f"{rel}/checkpoint.pt; resume with: python {SCRIPT}.py --resume {rel}/checkpoint.pt"]
+    ckpt = _load(run_dir / "checkpoint.pt")
+    assert ckpt["iteration"] == iteration and ckpt["global_step"] == iteration * BATCH
+    assert not (run_dir / "checkpoint.pt.tmp").exists()
+    # [cont-6, cont-8] The statistics are those of the last whole rollout too: the first reset of the 2 envs
+    # plus one observation and one discounted return per env step it trained on, none from a dropped partial
+    # rollout (mid_rollout has taken 10 more steps per env, which the running statistics have seen).
+    assert ckpt["obs_rms"]["count"] == pytest.approx(1e-4 + 2 + iteration * BATCH, abs=1e-6)
+    assert ckpt["return_rms"]["count"] == pytest.approx(1e-4 + iteration * BATCH, abs=1e-6)
+    # The logs are intact up to the checkpoint: every iteration it holds is logged, once.
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert _steps(scalars, tag) == [BATCH * i for i in range(1, iteration + 1)], tag
+
+
+@pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
+def test_run_stopped_mid_rollout_resumes_with_its_statistics_schedule_and_cadence(pc, stopped_run, tmp_path_factory,
+                                                                                  monkeypatch, capsys):
+    run_dir = stopped_run["run_dir"]
+    stopped = _load(run_dir / "checkpoint.pt")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
+    code, err, out = run_main_in_process(pc, ["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
+    assert code == 0, err
+    assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
+    assert "resuming at step 128" in out.splitlines()[0]
+    scalars = read_scalars(run_dir)
+    for tag in PER_ITERATION_TAGS:
+        assert _steps(scalars, tag) == [BATCH * i for i in range(1, 11)], tag
+    np.testing.assert_allclose(_values(scalars, "charts/learning_rate"), [3e-4 * (1 - i / 10) for i in range(10)],
+                               rtol=1e-5)
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
+    ckpt = _load(run_dir / "checkpoint.pt")
+    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
+    # The statistics went on from the stopped checkpoint's: 6 more rollouts (the resumed reset is not counted).
+    assert ckpt["obs_rms"]["count"] == pytest.approx(stopped["obs_rms"]["count"] + 6 * BATCH, abs=1e-6)
+    assert ckpt["return_rms"]["count"] == pytest.approx(stopped["return_rms"]["count"] + 6 * BATCH, abs=1e-6)
+
+
+def test_checkpoint_settings_given_on_resume_win(pc, pendulum_run, tmp_path, monkeypatch, capsys):
+    ckpt = _load(pendulum_run["ckpt"])  # a --save-model run
+    ckpt["iteration"], ckpt["global_step"] = 1, 256  # set back, so there is something to train
+    run_dir = tmp_path / "runs" / ckpt["run_name"]
+    run_dir.mkdir(parents=True)
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    code, err, _ = run_main_in_process(pc, ["--resume", run_dir / "checkpoint.pt", "--no-save-model",
+                                            "--checkpoint-every", 3], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    saved = _load(run_dir / "checkpoint.pt")
+    assert saved["iteration"] == 3 and saved["args"]["save_model"] is False  # not the final one: not saved
+    assert saved["args"]["checkpoint_every"] == 3
+
+
+def test_checkpoint_every_few_minutes(pc, tmp_path, monkeypatch, capsys):
+    """--checkpoint-minutes: a checkpoint once that much wall time has passed since the last one."""
+    clock = [1000.0]
+    monkeypatch.setattr(pc.time, "time", lambda: clock[0])
+    saves = []
+    original = pc.save_checkpoint
+
+    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer=None):
+        saves.append(iteration)
+        return original(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer)
+
+    monkeypatch.setattr(pc, "save_checkpoint", counting_save)
+    original_gae = pc.compute_gae
+
+    def gae_and_tick(*args, **kwargs):  # each iteration takes 40 "seconds"
+        clock[0] += 40.0
+        return original_gae(*args, **kwargs)
+
+    monkeypatch.setattr(pc, "compute_gae", gae_and_tick)
+    code, err, _ = run_main_in_process(pc, [*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+
+
+def test_stop_signals_handler_repeats_and_second_ctrl_c(pc, monkeypatch):
+    stop = pc.StopSignals()
+    assert not stop
+    exits = []
+    monkeypatch.setattr(pc.os, "_exit", lambda code: exits.append(code))
+    stop._handle(signal.SIGUSR1, None)
+    stop._handle(signal.SIGTERM, None)  # Slurm signals every process of a job: a repeat is not an emergency
+    assert stop and stop.signum == signal.SIGUSR1 and exits == []
+    stop._handle(signal.SIGINT, None)  # a second Ctrl-C: a person who will not wait
+    assert exits == [130]
+
+
+def test_sigterm_to_a_real_process(tmp_path):
+    """The whole path through a real process, its output in a pipe: progress lines, then a clean stop."""
+    cmd = [sys.executable, str(REPO_ROOT / f"{SCRIPT}.py"), "--env-id", "Pendulum-v1", "--total-timesteps",
+           1_000_000, "--num-envs", 2, "--num-steps", 32, "--num-minibatches", 2, "--update-epochs", 1,
+           "--progress-interval", 0]
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # the start line
+        assert first.startswith(f"{SCRIPT}: Pendulum-v1"), first + proc.stderr.read()
+        assert proc.stdout.readline().startswith("step 64/")  # training: the handlers are in place
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err == "" and "Traceback" not in out
+    stop = [line for line in out.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stop) == 1 and "--resume" in stop[0]
+    step = int(re.search(r"at step (\d+)", stop[0])[1])
+    ckpt = _load(only_run_dir(tmp_path) / "checkpoint.pt")
+    assert ckpt["global_step"] == step and step % BATCH == 0 and 0 < step < 1_000_000
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. Quiet runs: no MuJoCo or SDL noise, nothing left in the working folder, evaluation videos
+# ----------------------------------------------------------------------------------------------
+
+
+def test_halfcheetah_run_is_quiet_and_leaves_only_its_folders(tmp_path):
+    """MuJoCo 4's compiler warns about gymnasium's HalfCheetah model ('settotalmass' is deprecated) from C, and
+    appends it to MUJOCO_LOG.TXT in the working folder. A run (its env probe and its training env) and an
+    evaluation print none of it and leave nothing but runs/."""
+    tiny = ["--total-timesteps", 128, "--num-steps", 64, "--num-minibatches", 2, "--update-epochs", 1]
+    train = run_script(SCRIPT, "--env-id", "HalfCheetah-v5", *tiny, "--save-model", cwd=tmp_path)
+    _ok(train)
+    assert "settotalmass" not in train.stdout + train.stderr and train.stderr == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    # (no video here: 1000 frames of HalfCheetah take minutes to render without a GPU)
+    evaluation = run_script(SCRIPT, "--eval-checkpoint", only_run_dir(tmp_path) / "checkpoint.pt",
+                            "--eval-episodes", 1, cwd=tmp_path)
+    _ok(evaluation)
+    assert "settotalmass" not in evaluation.stdout + evaluation.stderr and evaluation.stderr == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_make_env_restores_mujoco_warning_handling(pc, tmp_path, monkeypatch, capfd):
+    """The hook that drops the compiler's deprecation warning is there only while the env is made."""
+    import mujoco
+
+    monkeypatch.chdir(tmp_path)
+    before = mujoco.get_mju_user_warning()
+    env = pc.make_env("HalfCheetah-v5", 0, False, None)()
+    env.close()
+    assert mujoco.get_mju_user_warning() is before
+    captured = capfd.readouterr()  # the C-level file descriptors, not only Python's streams
+    assert "settotalmass" not in captured.out + captured.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluation_records_every_episode_quietly(pendulum_run, tmp_path):
+    """--eval-checkpoint --capture-video records each evaluated episode, without SDL's display noise
+    (Pendulum draws with pygame)."""
+    env = script_env()
+    env.pop("SDL_VIDEODRIVER", None)
+    env.pop("XDG_RUNTIME_DIR", None)
+    result = run_script(SCRIPT, "--eval-checkpoint", pendulum_run["ckpt"], "--eval-episodes", 3, "--capture-video",
+                        cwd=tmp_path, env=env)
+    _ok(result)
+    assert result.stderr == ""
+    name = pendulum_run["run_dir"].name
+    videos = tmp_path / "videos" / name / "eval-at-step-1024"
+    assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
+    assert f"videos of the 3 episodes in videos/{name}/eval-at-step-1024" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["videos"]
