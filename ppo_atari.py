@@ -36,6 +36,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import tyro
 from torch.distributions import Categorical
@@ -44,6 +45,9 @@ gym.register_envs(ale_py)
 # ale-py prints its banner to stderr for every emulator it starts; errors still show.
 ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 SCRIPT = "ppo_atari"
+# [aux-2] Under torchrun every process learns its place from these; a plain `python ppo_atari.py` is rank 0 of 1.
+RANK, LOCAL_RANK, WORLD_SIZE = (int(os.environ.get(k, d)) for k, d in
+                                (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
 NOOP_MAX, FRAME_SKIP, SCREEN_SIZE, FRAME_STACK = 30, 4, 84, 4
 
 
@@ -183,8 +187,16 @@ def bootstrap_truncated(rewards, truncated, final_values, gamma):
 
 
 def normalize(x, eps=1e-8):
-    """[core-7] Zero mean, unit std."""
-    return (x - x.mean()) / (x.std() + eps)
+    """[core-7] Zero mean, unit std over the minibatch. [aux-2] Under torchrun each process holds a slice of
+    the minibatch: the mean and std are those of the whole of it, from moments summed over the processes."""
+    if WORLD_SIZE == 1:
+        return (x - x.mean()) / (x.std() + eps)
+    moments = torch.stack([torch.ones_like(x).sum(), x.sum(), (x * x).sum()]).double()
+    dist.all_reduce(moments)
+    n, total, squares = moments
+    mean = total / n
+    std = ((squares - n * mean * mean) / (n - 1)).clamp_min(0).sqrt()  # unbiased, as torch.std
+    return (x - mean.float()) / (std.float() + eps)
 
 
 def clipped_surrogate(ratio, advantages, clip_coef):
@@ -438,8 +450,9 @@ class Agent(nn.Module):
 
 
 def fail(message):
-    """Bad input ends the program with one line and no traceback."""
-    print(f"error: {message}", file=sys.stderr)
+    """Bad input ends the program with one line and no traceback (under torchrun: one line, from rank 0)."""
+    if RANK == 0:
+        print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -508,6 +521,10 @@ def check_args(args):
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
+    if args.num_envs % WORLD_SIZE or (args.num_envs // WORLD_SIZE * args.num_steps) % args.num_minibatches:
+        fail(f"--num-envs {args.num_envs} must split evenly across the {WORLD_SIZE} torchrun processes, and each "
+             f"process's share of a rollout into {args.num_minibatches} minibatches: choose --num-envs a multiple "
+             f"of {WORLD_SIZE} (and --num-minibatches that divides num_envs / {WORLD_SIZE} * num_steps)")
     # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
     if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
         fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
@@ -563,7 +580,10 @@ def resumed_run_dir(checkpoint_path, run_name):
 def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
-    up to the checkpoint's step is on disk when the checkpoint says it was done."""
+    up to the checkpoint's step is on disk when the checkpoint says it was done. [aux-2] One run, one
+    checkpoint: rank 0 writes it (every process holds the same parameters)."""
+    if RANK != 0:
+        return
     if writer is not None:
         writer.flush()
     ckpt = {
@@ -664,16 +684,21 @@ def describe_device(device, asked_for_cuda):
 
 
 def announce_start(args, run_dir, device, steps, start_step):
-    """One line that says what the run is doing, for whoever reads its log later."""
+    """One line that says what the run is doing, for whoever reads its log later (rank 0 speaks for the run)."""
+    if RANK != 0:
+        return
     rounded = "" if steps == args.total_timesteps else (
         f" (--total-timesteps {args.total_timesteps} rounded down to whole rollouts of "
         f"{args.num_envs * args.num_steps} steps)")
     resumed = f", resuming at step {start_step}" if start_step else ""
+    processes = f" x {WORLD_SIZE} processes" if WORLD_SIZE > 1 else ""
     print(f"{SCRIPT}: {args.env_id}, seed {args.seed}, {steps} steps{rounded} on "
-          f"{describe_device(device, args.cuda)}{resumed}; logs in {run_dir}", flush=True)
+          f"{describe_device(device, args.cuda)}{processes}{resumed}; logs in {run_dir}", flush=True)
 
 
 def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
+    if RANK != 0:
+        return
     mean_score = f"{np.mean(recent_scores):.2f}" if recent_scores else "- (no game ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
@@ -683,8 +708,10 @@ def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
 
 def exit_after_signal(signum, step, ckpt_path):
     """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
-    print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
-          f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
+    signum = signum or signal.SIGTERM  # [aux-2] a process that was not signalled itself stops with the others
+    if RANK == 0:
+        print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
+              f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
     sys.exit(128 + signum)
 
 
@@ -711,6 +738,80 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
 
 
 # ----------------------------------------------------------------------------------------------
+# [aux-2] Data-parallel training: `torchrun --nproc-per-node N ppo_atari.py ...` trains one run on N processes
+# ----------------------------------------------------------------------------------------------
+# torchrun changes the speed, not the algorithm. The --num-envs envs are split across the processes (env i
+# keeps seed + i), and so is every minibatch; what looks at a whole minibatch is reduced across processes: the
+# gradients (averaged), advantage normalisation (`normalize`), the --target-kl decision and a stop. Rank 0
+# alone writes logs and checkpoints, with every process's finished games. Without torchrun these do nothing.
+
+
+def init_distributed(device):
+    if WORLD_SIZE > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def average_gradients(model):
+    """Each process's loss is the mean over its equal slice of the minibatch, so the mean of the processes'
+    gradients is the gradient of the whole minibatch's loss. One flat all-reduce instead of one per tensor."""
+    if WORLD_SIZE == 1:
+        return
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= WORLD_SIZE
+    for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(piece.view_as(g))
+
+
+def mean_over_processes(value):
+    if WORLD_SIZE == 1:
+        return value
+    value = value.clone()
+    dist.all_reduce(value)
+    return value / WORLD_SIZE
+
+
+def any_process(flag, device):
+    """True on every process once it is true on one: a signal may reach only one of them."""
+    if WORLD_SIZE == 1:
+        return bool(flag)
+    flag = torch.tensor(float(bool(flag)), device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag)
+
+
+def games_of_every_process(games):
+    """Rank 0 logs every process's finished games, (step, score, length), in step order."""
+    if WORLD_SIZE == 1:
+        return games
+    everyone = [None] * WORLD_SIZE
+    dist.all_gather_object(everyone, games)
+    return sorted(game for games in everyone for game in games)
+
+
+def check_in_sync(model, global_step):
+    """Every process must hold the same parameters after every update: a cheap fingerprint proves it."""
+    if WORLD_SIZE == 1:
+        return
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
+    fingerprint = torch.stack([flat.sum(), (flat * flat).sum()])
+    lowest = fingerprint.clone()
+    dist.all_reduce(fingerprint, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    if not torch.equal(fingerprint, lowest):
+        print(f"error: rank {RANK}: the processes' parameters differ after step {global_step}", file=sys.stderr)
+        sys.exit(1)
+
+
+class NoLogs:
+    """What ranks other than 0 log to: nothing (one run, one set of logs)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+# ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
 
@@ -731,9 +832,11 @@ def main():
         torch.set_num_threads(args.threads)
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
 
     if args.eval_checkpoint:
+        if RANK != 0:
+            return  # [aux-2] one evaluation, on rank 0
         n_actions = ckpt["model"]["actor.weight"].shape[0]
         agent = Agent(n_actions).to(device)
         agent.load_state_dict(ckpt["model"])
@@ -768,6 +871,12 @@ def main():
         video_dir = f"videos/{run_name}"
     ckpt_path = os.path.join(run_dir, "checkpoint.pt")
 
+    # [aux-2] Under torchrun, this process steps envs first_env .. first_env + num_envs - 1 of the run's
+    # --num-envs, and trains on its share of every batch and minibatch.
+    init_distributed(device)
+    num_envs, first_env = args.num_envs // WORLD_SIZE, RANK * (args.num_envs // WORLD_SIZE)
+    batch_size, minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
+
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
     # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
     torch.manual_seed(args.seed)
@@ -776,11 +885,11 @@ def main():
     # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
     # first observation of the next one, and the true last observation in info["final_obs"].
     if args.env_path == "ale-vector":
-        envs = make_ale_vector_env(args.env_id, args.num_envs, args.repeat_action_probability)
+        envs = make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
     else:
         envs = gym.vector.SyncVectorEnv(
             [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-             for i in range(args.num_envs)],
+             for i in range(first_env, first_env + num_envs)],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
     obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
@@ -797,8 +906,10 @@ def main():
         torch.set_rng_state(ckpt["rng"]["torch"])
         if ckpt["rng"].get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
+        torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
 
-    if args.track:
+    if args.track and RANK == 0:
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
@@ -808,25 +919,26 @@ def main():
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None)
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None) if RANK == 0 else NoLogs()
     if ckpt is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB).
-    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    obs = torch.zeros((args.num_steps, num_envs) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, num_envs), device=device)
+    dones = torch.zeros((args.num_steps, num_envs), device=device)
+    values = torch.zeros((args.num_steps, num_envs), device=device)
 
     seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh games
-    next_obs_np, _ = envs.reset(seed=seed)  # env i gets seed + i on both paths
+    next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
     next_obs = torch.as_tensor(next_obs_np, device=device)
     recent_returns = deque(maxlen=100)
-    progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
-    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
+    progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * args.num_envs *
+                        args.num_steps, global_step)
+    announce_start(args, run_dir, device, num_iterations * args.num_envs * args.num_steps, global_step)
     stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
 
     for iteration in range(start_iteration, num_iterations + 1):
@@ -837,6 +949,7 @@ def main():
         clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
 
         # --- rollout ---
+        games = []
         for step in range(args.num_steps):
             if stop:
                 break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
@@ -850,7 +963,7 @@ def main():
             truncated = truncated & ~terminated
             if args.bootstrap_truncation and truncated.any():
                 final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), device=device)
-                final_values = np.zeros(args.num_envs)
+                final_values = np.zeros(num_envs)
                 with torch.inference_mode():
                     final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
                 reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
@@ -858,14 +971,15 @@ def main():
             dones[step] = torch.as_tensor(terminated | truncated, device=device)
             next_obs = torch.as_tensor(next_obs_np, device=device)
 
-            # The game score, not the learner's life-long, clipped episodes (see make_env).
-            for _, score, length in finished_games(info):
-                recent_returns.append(score)
-                writer.add_scalar("charts/episodic_return", score, global_step)
-                writer.add_scalar("charts/episodic_length", length, global_step)
+            games += [(global_step, score, length) for _, score, length in finished_games(info)]
 
-        if stop:
+        if any_process(stop, device):
             break
+        # The game score, not the learner's life-long, clipped episodes (see make_env); of every process's envs.
+        for step_logged, score, length in games_of_every_process(games):
+            recent_returns.append(score)
+            writer.add_scalar("charts/episodic_return", score, step_logged)
+            writer.add_scalar("charts/episodic_length", length, step_logged)
 
         # --- advantages ---
         with torch.inference_mode():
@@ -907,13 +1021,15 @@ def main():
 
                 optimizer.zero_grad()
                 loss.backward()
+                average_gradients(agent)  # [aux-2] the whole minibatch's gradient, on every process
                 # [core-11] Global gradient-norm clipping.
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
 
             # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and mean_over_processes(approx_kl) > args.target_kl:
                 break
+        check_in_sync(agent, global_step)
 
         # --- log ---
         completed = iteration
@@ -929,21 +1045,25 @@ def main():
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
         progress.update(global_step, recent_returns)
-        if stop:
+        if any_process(stop, device):
             break
         if checkpoint_due(args, iteration, last_saved_at):
             save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, writer)
             last_saved_at = time.time()
 
     progress.end_line()
-    if stop or args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed * batch_size, completed, writer)
+    stopped = any_process(stop, device)
+    completed_steps = completed * args.num_envs * args.num_steps
+    if stopped or args.save_model:
+        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, writer)
     envs.close()
     writer.close()
-    if args.track:
+    if args.track and RANK == 0:
         wandb.finish()
-    if stop:
-        exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
+    if WORLD_SIZE > 1:
+        dist.destroy_process_group()
+    if stopped:
+        exit_after_signal(stop.signum, completed_steps, ckpt_path)
     announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
 
 

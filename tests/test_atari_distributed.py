@@ -1,0 +1,188 @@
+"""Tests of ppo_atari.py under torchrun ([aux-2]): two CPU processes on the gloo backend.
+
+torchrun must change the speed, not the algorithm: the averaged gradient of a minibatch split across processes
+is the one-process gradient of the whole minibatch, advantage normalisation uses the whole minibatch, every
+process holds the same parameters, one run directory is written, and checkpoints move between world sizes.
+"""
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT, only_run_dir, read_scalars, script_env
+
+SCRIPT = REPO_ROOT / "ppo_atari.py"
+# 2 envs x 32 steps = 64 per rollout (32 per process), 2 minibatches, 1 epoch: cheap on a busy 2-core machine.
+TINY = ["--no-cuda", "--num-envs", 2, "--num-steps", 32, "--num-minibatches", 2, "--update-epochs", 1,
+        "--progress-interval", 0]
+BATCH = 64
+
+
+def torchrun(*args, cwd, nproc=2, timeout=300, popen=False):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           *map(str, args)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    return subprocess.run(cmd, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def python(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=script_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ok(result):
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+# The pieces of one minibatch update, run once as one process on the whole minibatch (before the process group
+# exists) and then on each process's half: the script's own functions, composed as its training loop does.
+GRADIENT_CHECK = r'''
+import importlib.util, os, sys
+import torch
+import torch.distributed as dist
+spec = importlib.util.spec_from_file_location("ppo_atari", sys.argv[1])
+pa = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pa)
+torch.manual_seed(0)
+agent = pa.Agent(n_actions=4)
+n = 16
+obs = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
+actions = torch.randint(0, 4, (n,))
+advantages = torch.randn(n) * 3 + 1  # far from normalised, so a per-process normalisation would show
+returns, old_values = torch.randn(n), torch.randn(n)
+with torch.no_grad():
+    old_logprobs = agent.get_action_and_value(obs, actions)[1] + 0.3 * torch.randn(n)  # ratios away from 1
+
+def loss_on(idx):
+    _, logprob, entropy, value = agent.get_action_and_value(obs[idx], actions[idx])
+    ratio = (logprob - old_logprobs[idx]).exp()
+    pg_loss = -pa.clipped_surrogate(ratio, pa.normalize(advantages[idx]), 0.1).mean()
+    v_loss = pa.value_loss(value, old_values[idx], returns[idx], 0.1)
+    return pg_loss - 0.01 * entropy.mean() + 0.5 * v_loss
+
+assert pa.WORLD_SIZE == 2
+pa.WORLD_SIZE = 1  # first the plain one-process computation, on the whole minibatch
+agent.zero_grad()
+loss_on(torch.arange(n)).backward()
+reference = [p.grad.clone() for p in agent.parameters()]
+pa.WORLD_SIZE = 2
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+agent.zero_grad()
+loss_on(torch.arange(rank * n // 2, (rank + 1) * n // 2)).backward()  # this process's half
+pa.average_gradients(agent)
+worst = max(((p.grad - r).abs().max() / (r.abs().max() + 1e-12)).item() for p, r in zip(agent.parameters(), reference))
+# every process's finished games reach rank 0, in step order
+games = pa.games_of_every_process([(10 + rank, float(rank), 7)] if rank == 0 else [(5, 1.0, 3), (20, 2.0, 4)])
+print(f"rank {rank} worst relative difference {worst:.3e} games {games}")
+dist.destroy_process_group()
+'''
+
+
+def test_split_minibatch_gradient_equals_one_process_gradient(tmp_path):
+    helper = tmp_path / "gradient_check.py"
+    helper.write_text(GRADIENT_CHECK)
+    result = torchrun(helper, SCRIPT, cwd=tmp_path)
+    ok(result)
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2, result.stdout
+    for line in lines:
+        worst = float(re.search(r"difference (\S+)", line)[1])
+        assert worst < 1e-4, line  # float32 sums in another order; a per-process normalisation gives ~1e-1
+        assert line.endswith("games [(5, 1.0, 3), (10, 0.0, 7), (20, 2.0, 4)]"), line
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("ddp")
+    result = torchrun(SCRIPT, *TINY, "--total-timesteps", 4 * BATCH, "--save-model", cwd=cwd)
+    return result, cwd
+
+
+def test_two_processes_write_one_run(two_process_run):
+    result, cwd = two_process_run
+    ok(result)
+    run_dir = only_run_dir(cwd)  # one run directory, from rank 0
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("ppo_atari: BreakoutNoFrameskip-v4")]) == 1
+    assert "x 2 processes" in lines[0]
+    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["64/256", "128/256", "192/256",
+                                                                               "256/256"]
+    assert sum(line.startswith("ppo_atari: done, 256 steps") for line in lines) == 1
+    scalars = read_scalars(run_dir)
+    # Global steps: each iteration counts both processes' envs.
+    assert [s for s, _ in scalars["charts/SPS"]] == [64, 128, 192, 256]
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 256 and ckpt["iteration"] == 4 and ckpt["args"]["num_envs"] == 2
+    # Every update ended with the processes' parameter fingerprints compared (check_in_sync): a run whose
+    # processes diverged would have stopped with an error.
+    assert "differ" not in result.stderr
+
+
+def test_checkpoints_resume_across_world_sizes(two_process_run, tmp_path):
+    """A checkpoint of 2 processes resumes in 1, and one of 1 process resumes in 2."""
+    result, cwd = two_process_run
+    ok(result)
+    ckpt = torch.load(only_run_dir(cwd) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 2, 2 * BATCH  # set back: two iterations left
+    run_dir = tmp_path / "runs" / ckpt["run_name"]
+    run_dir.mkdir(parents=True)
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    one = python(SCRIPT, "--resume", run_dir / "checkpoint.pt", cwd=tmp_path)
+    ok(one)
+    assert "resuming at step 128" in one.stdout
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 4 * BATCH
+
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 3, 3 * BATCH
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    two = torchrun(SCRIPT, "--resume", run_dir / "checkpoint.pt", cwd=tmp_path)
+    ok(two)
+    assert "resuming at step 192" in two.stdout and "x 2 processes" in two.stdout
+    final = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert final["global_step"] == 4 * BATCH and final["iteration"] == 4
+    # Resumed at 128 by one process (192, 256), then at 192 by two (256 again, hiding the first one's).
+    assert [s for s, _ in read_scalars(run_dir)["charts/SPS"]] == [192, 256]
+
+
+def test_a_signal_to_one_process_stops_every_process_with_one_checkpoint(tmp_path):
+    proc = torchrun(SCRIPT, *TINY, "--total-timesteps", 1_000_000, cwd=tmp_path, popen=True)
+    try:
+        for line in proc.stdout:  # wait until training is under way (the handlers are in place)
+            if line.startswith("step "):
+                break
+        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                      text=True).stdout.split()]
+        assert len(workers) == 2, workers  # torchrun's own children
+        # Only the worker started last (rank 1) gets the signal, as when one node's job step is signalled.
+        subprocess.run(["kill", "-TERM", str(max(workers))], check=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stop_lines = [line for line in out.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stop_lines) == 1, out + err  # rank 0 speaks for the run
+    assert proc.returncode != 0
+    step = int(re.search(r"at step (\d+)", stop_lines[0])[1])
+    ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == step and step % BATCH == 0
+
+
+def test_bad_input_under_torchrun_prints_one_error_line(tmp_path):
+    result = torchrun(SCRIPT, "--gamma", 2, cwd=tmp_path)
+    assert result.returncode != 0
+    ours = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert ours == ["error: --gamma 2.0 is out of range: it must be in [0, 1]"]  # once, not once per process
+    assert not (tmp_path / "runs").exists()
+    odd = torchrun(SCRIPT, "--num-envs", 3, "--num-minibatches", 1, cwd=tmp_path)
+    assert [line for line in odd.stderr.splitlines() if line.startswith("error:")][0].startswith(
+        "error: --num-envs 3 must split evenly across the 2 torchrun processes")
