@@ -10,8 +10,15 @@
 #   OUTDIR/SCRIPT/VARIANT/ENV/seedN/runs/...  the TensorBoard events the script writes
 #   OUTDIR/SCRIPT/VARIANT/ENV/seedN/done      written only after the run exited 0
 #
-# A run with a `done` marker is finished and skipped when the sweep is started again; a run directory
-# without one (interrupted, failed) is wiped and the run starts over.
+# Every run checkpoints (--save-model --checkpoint-minutes M) into its runs/RUN/checkpoint.pt. When the sweep
+# is started again, a run with a `done` marker is skipped; a run without one but with a checkpoint (stopped,
+# killed, preempted) continues from it with --resume, appending to its log.txt; a run without either (it never
+# reached a checkpoint, or failed) is wiped and starts over. So a sweep stopped by Ctrl-C or SIGTERM (the runs
+# checkpoint first), or killed outright with its node, is resumed by starting the same command again.
+#
+# Slurm mode: each array task is requeued at its time limit (--signal=B:USR1@SECS warns the batch shell, which
+# stops the run with a checkpoint and runs `scontrol requeue`) and on preemption or node failure (--requeue);
+# the requeued task resumes from the checkpoint like a restarted local sweep.
 
 set -uo pipefail
 
@@ -24,14 +31,16 @@ usage() {
 Usage: benchmarks/sweep.sh -s SCRIPT -e ENV_IDS [options] [-- EXTRA_ARGS...]
 
 Run SCRIPT once per env id and seed:
-    python SCRIPT --env-id ENV --seed N --exp-name VARIANT --no-progress EXTRA_ARGS...
+    python SCRIPT --env-id ENV --seed N --exp-name VARIANT --save-model --checkpoint-minutes M EXTRA_ARGS...
 with OMP_NUM_THREADS=1, in OUTDIR/SCRIPT/VARIANT/ENV/seedN/ (its log.txt, runs/ and a done marker).
-Finished runs (done marker present) are skipped, so an interrupted sweep is resumed by starting it again.
+Start the same command again to resume a sweep that was stopped or killed: finished runs (done marker) are
+skipped, unfinished runs with a checkpoint continue from it (--resume, noted in their log.txt), and runs
+without a checkpoint start over. (This holds for a failed run too: delete its seedN/ folder to start it over.)
 
 Options:
   -s, --script PATH         training script, e.g. ppo_discrete.py (required)
   -e, --env-ids IDS         env ids, comma- or space-separated; repeatable (required)
-      --seeds LIST          explicit seeds, e.g. 1,2,3 (instead of --num-seeds/--seed-start)
+      --seeds LIST          explicit seeds, e.g. 1,2,3 (not together with --num-seeds/--seed-start)
   -n, --num-seeds N         number of seeds (default 3) ...
       --seed-start S        ... starting at S (default 1)
   -v, --variant NAME        name of this configuration, passed to the script as --exp-name (default: default);
@@ -39,6 +48,11 @@ Options:
   -o, --outdir DIR          root of the sweep output (default: benchmarks/sweeps next to this script)
   -j, --jobs N              local mode: runs at once (default: number of cores)
       --python PY           interpreter (default: $PYTHON, else python)
+      --checkpoint-minutes M  each run writes a checkpoint every M minutes of wall time (default 5; 0: only
+                            when stopped by a signal and at the end). It bounds what a run killed without
+                            warning (SIGKILL, out of memory, a dead node) loses to about M minutes; a run
+                            stopped by Ctrl-C or SIGTERM loses only its partial rollout. Writing one takes a
+                            fraction of a second for these models.
       --dry-run             print the commands (or the Slurm job script) and run nothing
   -h, --help                this text
 
@@ -48,14 +62,22 @@ Slurm mode (one array task per env x seed that is not done yet; prints the job i
       --slurm-cpus N        CPUs per task (default 1; OMP_NUM_THREADS is set to it; the scripts still use
                             one torch thread unless given --threads N after --)
       --slurm-time T        time limit per task, e.g. 02:00:00 (default: the partition's)
+      --slurm-signal-secs S Slurm warns each task S seconds before its time limit (default 120); the task
+                            stops its run with a checkpoint and requeues itself, and the requeued task resumes
+                            from it. S must cover finishing an update and writing the checkpoint; Slurm may
+                            warn up to 60 s early, so the time limit must exceed S + 60.
       --slurm-output PAT    stdout/stderr file of each task (default: OUTDIR/SCRIPT/VARIANT/slurm/%x-%A_%a.out)
       --slurm-partition P   partition to submit to
       --slurm-arg ARG       any other sbatch option, repeatable, e.g. --slurm-arg=--account=myproj
-  OUTDIR must be on a file system that the compute nodes share.
+  OUTDIR must be on a file system that the compute nodes share. Tasks are submitted with --requeue, so a
+  preempted task or one whose node fails is requeued by Slurm and resumes from its checkpoint too.
+
+Extra arguments must not set what the sweep sets: --env-id, --seed, --exp-name, --resume, --eval-checkpoint,
+--save-model, --checkpoint-minutes (use the sweep's options); --checkpoint-every N is fine.
 
 Exit status: 0 if every run finished (or was already done), 1 if any failed (listed at the end with its
-log), 2 on a usage error, 130 when stopped (Ctrl-C, SIGTERM: the runs are stopped too and start over next
-time). Slurm mode: 0 once the array is submitted.
+log), 2 on a usage error, 130 when stopped (Ctrl-C, SIGTERM: the signal is passed on to the runs, which write
+a checkpoint and resume from it next time). Slurm mode: 0 once the array is submitted.
 
 Examples:
   benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1,Acrobot-v1,MountainCar-v0 -n 3
@@ -69,25 +91,46 @@ EOF
 die() { echo "$PROG: error: $*" >&2; exit 2; }
 
 # ---------------------------------------------------------------------------------------------------
-# One run: run_one SEED_DIR THREADS CMD...   (also called by Slurm tasks, as `sweep.sh --_run-one ...`)
+# One run: run_one SEED_DIR THREADS CMD...   (a Slurm task runs it as `sweep.sh --_slurm-task ...`)
 # ---------------------------------------------------------------------------------------------------
+slurm_task=0
 run_one() {
     local dir=$1 threads=$2
     shift 2
     [[ "$dir" =~ ^/.+/seed[0-9]+$ ]] || { echo "$PROG: refusing to use run directory '$dir'" >&2; return 2; }
-    # No done marker: whatever is here is from an interrupted or failed run; start over.
-    rm -rf -- "$dir"
-    mkdir -p -- "$dir" || return 1
-    local log="$dir/log.txt" started rc pid stopping
+    local log="$dir/log.txt" started rc pid stopping requeue ckpt="" f offset
     started=$(date +%s)
-    {
-        printf 'cd %q && OMP_NUM_THREADS=%s' "$dir" "$threads"
-        printf ' %q' "$@"
-        printf '\n# started %s on %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)"
-    } >"$log"
-    # Pass a stop request on to the training process; the run then has no done marker and starts over.
-    pid="" stopping=0
+    # No done marker. A checkpoint means the run got somewhere before it was stopped or killed: continue it
+    # (the script resumes in the checkpoint's own run folder). There is only one; the newest if ever more.
+    for f in "$dir"/runs/*/checkpoint.pt; do
+        [ -f "$f" ] && { [ -z "$ckpt" ] || [ "$f" -nt "$ckpt" ]; } && ckpt=$f
+    done
+    if [ -n "$ckpt" ]; then
+        set -- "$@" --resume "$ckpt"
+        {
+            printf '# resuming from %s%s; started %s on %s\n' "$ckpt" \
+                "${SLURM_RESTART_COUNT:+ (Slurm restart $SLURM_RESTART_COUNT)}" \
+                "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)"
+            printf '# cd %q && OMP_NUM_THREADS=%s' "$dir" "$threads"
+            printf ' %q' "$@"
+            printf '\n'
+        } >>"$log"
+    else
+        # Whatever is here is from a run that never reached a checkpoint, or failed: start over.
+        rm -rf -- "$dir"
+        mkdir -p -- "$dir" || return 1
+        {
+            printf 'cd %q && OMP_NUM_THREADS=%s' "$dir" "$threads"
+            printf ' %q' "$@"
+            printf '\n# started %s on %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)"
+        } >"$log"
+    fi
+    # Pass a stop request on to the training process, which then writes a checkpoint and exits. TERM, not
+    # INT: after Ctrl-C the run has the terminal's SIGINT already, and a second SIGINT would exit at once.
+    # USR1 is Slurm's warning before the time limit (--signal=B:USR1@SECS): stop, and requeue the task below.
+    pid="" stopping=0 requeue=0 offset=$(wc -c <"$log")
     trap 'stopping=1; [ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null' TERM INT
+    trap 'stopping=1 requeue=1; [ -z "$pid" ] || kill -USR1 "$pid" 2>/dev/null' USR1
     (cd "$dir" && OMP_NUM_THREADS=$threads exec "$@") >>"$log" 2>&1 </dev/null &
     pid=$!
     [ "$stopping" -eq 0 ] || kill -TERM "$pid" 2>/dev/null
@@ -96,7 +139,7 @@ run_one() {
         rc=$?
         kill -0 "$pid" 2>/dev/null || break
     done
-    trap - TERM INT
+    trap - TERM INT USR1
     local finished
     finished=$(date +%s)
     printf '# exit status %s after %s s\n' "$rc" "$((finished - started))" >>"$log"
@@ -105,15 +148,27 @@ run_one() {
             mv -f -- "$dir/done.tmp" "$dir/done"
         echo "$PROG: finished ${dir}  ($((finished - started)) s)"
     elif [ "$stopping" -eq 1 ]; then
-        echo "$PROG: stopped  ${dir}  (it will start over next time)"
+        local at next="it starts over next time"
+        at=$(tail -c +$((offset + 1)) "$log" | grep -o ' stopped by SIG[A-Z0-9]* at step [0-9]*' | tail -n 1)
+        compgen -G "$dir/runs/*/checkpoint.pt" >/dev/null && next="it resumes from its checkpoint next time"
+        echo "$PROG: stopped  ${dir}${at:+ (${at# })}; $next"
+        # ---- Slurm: requeue a task that Slurm warned of its time limit; the requeued task resumes above.
+        # (A preempted task is requeued by Slurm itself; a cancelled one, also sent TERM, must stay cancelled.)
+        if [ "$slurm_task" -eq 1 ] && [ "$requeue" -eq 1 ]; then
+            echo "$PROG: requeueing Slurm task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+            printf '# requeueing Slurm task %s_%s\n' "$SLURM_ARRAY_JOB_ID" "$SLURM_ARRAY_TASK_ID" >>"$log"
+            scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+        fi
+        # ---- end Slurm
     else
         echo "$PROG: FAILED   ${dir}  (exit $rc; log: $log)"
     fi
     return "$rc"
 }
 
-if [ "${1:-}" = "--_run-one" ]; then
+if [ "${1:-}" = "--_slurm-task" ]; then
     shift
+    slurm_task=1
     run_one "$@"
     exit $?
 fi
@@ -122,9 +177,11 @@ fi
 # Arguments
 # ---------------------------------------------------------------------------------------------------
 script="" env_ids=() seeds=() num_seeds=3 seed_start=1 variant=default outdir="" dry_run=0
+seed_count_given=0 checkpoint_minutes=5
 jobs=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 python=${PYTHON:-python}
 slurm=0 slurm_max="" slurm_cpus=1 slurm_time="" slurm_output="" slurm_partition="" slurm_args=()
+slurm_signal_secs=120
 extra=()
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -140,17 +197,19 @@ while [ $# -gt 0 ]; do
         -s | --script) need "$@"; script=$2; shift 2 ;;
         -e | --env-ids | --env-id) need "$@"; read -r -a ids <<<"${2//,/ }"; env_ids+=("${ids[@]}"); shift 2 ;;
         --seeds) need "$@"; read -r -a seeds <<<"${2//,/ }"; shift 2 ;;
-        -n | --num-seeds) need "$@"; num_seeds=$2; shift 2 ;;
-        --seed-start) need "$@"; seed_start=$2; shift 2 ;;
+        -n | --num-seeds) need "$@"; num_seeds=$2; seed_count_given=1; shift 2 ;;
+        --seed-start) need "$@"; seed_start=$2; seed_count_given=1; shift 2 ;;
         -v | --variant) need "$@"; variant=$2; shift 2 ;;
         -o | --outdir) need "$@"; outdir=$2; shift 2 ;;
         -j | --jobs) need "$@"; jobs=$2; shift 2 ;;
         --python) need "$@"; python=$2; shift 2 ;;
+        --checkpoint-minutes) need "$@"; checkpoint_minutes=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --slurm) slurm=1; shift ;;
         --slurm-max-parallel) need "$@"; slurm_max=$2; shift 2 ;;
         --slurm-cpus) need "$@"; slurm_cpus=$2; shift 2 ;;
         --slurm-time) need "$@"; slurm_time=$2; shift 2 ;;
+        --slurm-signal-secs) need "$@"; slurm_signal_secs=$2; shift 2 ;;
         --slurm-output) need "$@"; slurm_output=$2; shift 2 ;;
         --slurm-partition) need "$@"; slurm_partition=$2; shift 2 ;;
         --slurm-arg) need "$@"; slurm_args+=("$2"); shift 2 ;;
@@ -160,6 +219,19 @@ while [ $# -gt 0 ]; do
 done
 
 is_int() { [[ "$1" =~ ^[0-9]+$ ]]; }
+# Seconds in a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS); nothing for other forms.
+slurm_seconds() {
+    local t=$1 days=0 f=()
+    if [[ "$t" == *-* ]]; then
+        days=${t%%-*}
+        IFS=: read -r -a f <<<"${t#*-}:0:0"
+    else
+        IFS=: read -r -a f <<<"$t"
+        case ${#f[@]} in 1) f=(0 "${f[0]}" 0) ;; 2) f=(0 "${f[@]}") ;; esac
+    fi
+    [ ${#f[@]} -ge 3 ] && is_int "$days" && is_int "${f[0]}" && is_int "${f[1]}" && is_int "${f[2]}" || return 0
+    echo $((((10#$days * 24 + 10#${f[0]}) * 60 + 10#${f[1]}) * 60 + 10#${f[2]}))
+}
 [ -n "$script" ] || die "--script is required (see --help)"
 [ -f "$script" ] || die "no such script: $script"
 [ ${#env_ids[@]} -gt 0 ] || die "--env-ids is required (see --help)"
@@ -167,8 +239,20 @@ is_int() { [[ "$1" =~ ^[0-9]+$ ]]; }
     die "bad --variant '$variant': use letters, digits, '.', '_', '-' (no '__', which separates run-name fields)"
 is_int "$jobs" && [ "$jobs" -ge 1 ] || die "--jobs must be a positive integer"
 is_int "$slurm_cpus" && [ "$slurm_cpus" -ge 1 ] || die "--slurm-cpus must be a positive integer"
+[[ "$checkpoint_minutes" =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] ||
+    die "--checkpoint-minutes must be a number >= 0 (0: checkpoints only when stopped and at the end)"
+is_int "$slurm_signal_secs" && [ "$slurm_signal_secs" -ge 1 ] && [ "$slurm_signal_secs" -le 65535 ] ||
+    die "--slurm-signal-secs must be an integer from 1 to 65535"
+# A warning that comes before the task has started would stop and requeue it forever.
+limit=$(slurm_seconds "$slurm_time")
+[ -z "$limit" ] || [ "$limit" -gt $((slurm_signal_secs + 60)) ] ||
+    die "--slurm-time $slurm_time leaves no time to run: Slurm may warn a task up to $((slurm_signal_secs + 60)) s" \
+        "(--slurm-signal-secs $slurm_signal_secs, plus 60) before its time limit; give a longer --slurm-time or a" \
+        "smaller --slurm-signal-secs"
 [ -z "$slurm_max" ] || { is_int "$slurm_max" && [ "$slurm_max" -ge 1 ]; } ||
     die "--slurm-max-parallel must be a positive integer"
+[ ${#seeds[@]} -eq 0 ] || [ "$seed_count_given" -eq 0 ] ||
+    die "--seeds lists the seeds: do not also give --num-seeds or --seed-start"
 if [ ${#seeds[@]} -eq 0 ]; then
     is_int "$num_seeds" && [ "$num_seeds" -ge 1 ] || die "--num-seeds must be a positive integer"
     is_int "$seed_start" || die "--seed-start must be a non-negative integer"
@@ -180,6 +264,21 @@ dup=$(printf '%s\n' "${seeds[@]}" | sort | uniq -d | head -n 1)
 [ -z "$dup" ] || die "seed $dup is given twice"
 dup=$(printf '%s\n' "${env_ids[@]//\//_}" | sort | uniq -d | head -n 1)
 [ -z "$dup" ] || die "env id $dup is given twice"
+# The sweep sets these for every run (and resumes runs itself): the same flag after -- would fight it.
+for arg in ${extra[@]+"${extra[@]}"}; do
+    flag=${arg%%=*}
+    case "${flag//_/-}" in
+        --env-id) why="use -e/--env-ids" ;;
+        --seed) why="use --seeds, or --num-seeds and --seed-start" ;;
+        --exp-name) why="use -v/--variant" ;;
+        --resume) why="the sweep resumes unfinished runs from their checkpoints itself" ;;
+        --eval-checkpoint) why="a sweep trains; evaluate a checkpoint with the script itself" ;;
+        --save-model | --no-save-model) why="every sweep run saves a checkpoint" ;;
+        --checkpoint-minutes) why="use the sweep's own --checkpoint-minutes" ;;
+        *) continue ;;
+    esac
+    die "'$arg' after -- collides with what the sweep sets for each run: $why"
+done
 command -v "$python" >/dev/null 2>&1 || die "python interpreter not found: $python (use --python)"
 
 script_abs="$(cd "$(dirname "$script")" && pwd)/$(basename "$script")"
@@ -202,7 +301,7 @@ fi
 # ---------------------------------------------------------------------------------------------------
 # The plan: every env x seed; the ones with a done marker are skipped
 # ---------------------------------------------------------------------------------------------------
-todo_dirs=() todo_cmds=() todo_names=() n_skipped=0
+todo_dirs=() todo_cmds=() todo_names=() n_skipped=0 n_resume=0
 for env in "${env_ids[@]}"; do
     for seed in "${seeds[@]}"; do
         dir="$vdir/${env//\//_}/seed$seed"
@@ -211,8 +310,12 @@ for env in "${env_ids[@]}"; do
             [ "$dry_run" -eq 0 ] || echo "# skip (done): $env seed $seed"
             continue
         fi
-        cmd=("$python_abs" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant" --no-progress
-            ${extra[@]+"${extra[@]}"})
+        if compgen -G "$dir/runs/*/checkpoint.pt" >/dev/null; then
+            n_resume=$((n_resume + 1))
+            [ "$dry_run" -eq 0 ] || echo "# resume from its checkpoint (--resume is added): $env seed $seed"
+        fi
+        cmd=("$python_abs" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
+            --save-model --checkpoint-minutes "$checkpoint_minutes" ${extra[@]+"${extra[@]}"})
         todo_dirs+=("$dir")
         quoted=$(printf '%q ' "${cmd[@]}")
         todo_cmds+=("${quoted% }")
@@ -221,7 +324,8 @@ for env in "${env_ids[@]}"; do
 done
 n_total=$((${#env_ids[@]} * ${#seeds[@]}))
 n_todo=${#todo_dirs[@]}
-echo "$PROG: $script_name / $variant: $n_total runs, $n_skipped already done, $n_todo to run" >&2
+echo "$PROG: $script_name / $variant: $n_total runs, $n_skipped already done, $n_todo to run" \
+    "($n_resume from a checkpoint)" >&2
 
 record_sweep() {
     mkdir -p -- "$vdir"
@@ -248,19 +352,24 @@ if [ "$slurm" -eq 1 ]; then
     job_file="$sdir/array-$stamp.sh"
     [ -n "$slurm_output" ] || slurm_output="$sdir/%x-%A_%a.out"
     array="0-$((n_todo - 1))${slurm_max:+%$slurm_max}"
+    # --requeue: preemption and node failure requeue a task; --signal: warn its batch shell (run_one) before
+    # the time limit, so it checkpoints and requeues itself; --open-mode=append: a requeued task adds to its
+    # output file instead of truncating it.
     sbatch_args=(--parsable --job-name "$job_name" --array "$array"
-        --cpus-per-task "$slurm_cpus" --output "$slurm_output" --error "$slurm_output")
+        --cpus-per-task "$slurm_cpus" --output "$slurm_output" --error "$slurm_output"
+        --requeue --signal "B:USR1@$slurm_signal_secs" --open-mode append)
     [ -z "$slurm_time" ] || sbatch_args+=(--time "$slurm_time")
     [ -z "$slurm_partition" ] || sbatch_args+=(--partition "$slurm_partition")
     sbatch_args+=(${slurm_args[@]+"${slurm_args[@]}"})
     job_script=$(
         echo "#!/usr/bin/env bash"
-        echo "# Written by sweep.sh: $script_name / $variant, one task per env x seed. Submitted with:"
+        echo "# Written by sweep.sh: $script_name / $variant, one task per env x seed; a requeued task resumes"
+        echo "# its run from its checkpoint. Submitted with:"
         echo "#   sbatch $(printf '%q ' "${sbatch_args[@]}")$(printf %q "$job_file")"
         echo 'case "$SLURM_ARRAY_TASK_ID" in'
         for ((i = 0; i < n_todo; i++)); do
             echo "  $i)  # ${todo_names[$i]}"
-            echo "    exec bash $(printf '%q ' "$SWEEP_SH" --_run-one "${todo_dirs[$i]}" "$slurm_cpus")${todo_cmds[$i]}"
+            echo "    exec bash $(printf '%q ' "$SWEEP_SH" --_slurm-task "${todo_dirs[$i]}" "$slurm_cpus")${todo_cmds[$i]}"
             echo "    ;;"
         done
         echo '  *) echo "no task $SLURM_ARRAY_TASK_ID" >&2; exit 2;;'
@@ -302,7 +411,7 @@ record_sweep
 
 pids=()
 stop() {
-    echo "$PROG: stopping; runs that did not finish will start over next time" >&2
+    echo "$PROG: stopping: the runs are writing checkpoints; start the same sweep again to resume them" >&2
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
     wait
     exit 130

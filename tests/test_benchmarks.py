@@ -1,19 +1,15 @@
-"""Tests of the benchmark tools: benchmarks/sweep.sh (local mode on tiny real runs, Slurm mode on a real
-single-node Slurm started here) and benchmarks/compare.py (statistics on hand-checked numbers, bad input on
+"""Tests of the benchmark tools: benchmarks/sweep.sh (local mode on tiny real runs; stopped, killed and Slurm
+sweeps are in test_sweep.py) and benchmarks/compare.py (statistics on hand-checked numbers, bad input on
 synthetic event files, a table and plots from the real runs).
 
 The real runs are ppo_discrete.py on CartPole-v1 for 1024 steps (a few seconds each, mostly imports).
-The Slurm test needs slurm-wlm and munge (Debian packages) and root; it is skipped without them.
 """
 
 import importlib.util
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -351,8 +347,8 @@ def test_sweep_runs_in_parallel_and_reports_failures(local_sweep):
         assert len(events) == 1 and events[0].parent.name.startswith(f"CartPole-v1__default__{seed}__")
         first = (d / "log.txt").read_text().splitlines()[0]  # the exact command, runnable as it is
         assert first.startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
-        assert f"{SCRIPT} --env-id CartPole-v1 --seed {seed} --exp-name default --no-progress " \
-               "--total-timesteps 1024 --num-envs 2 --num-steps 128" in first
+        assert f"{SCRIPT} --env-id CartPole-v1 --seed {seed} --exp-name default --save-model " \
+               "--checkpoint-minutes 5 --total-timesteps 1024 --num-envs 2 --num-steps 128" in first
     # -j 2: the two CartPole runs ran at the same time ...
     (s1, f1), (s2, f2) = (done_info(vdir / "CartPole-v1" / f"seed{s}") for s in (1, 2))
     assert max(s1, s2) < min(f1, f2)
@@ -407,14 +403,17 @@ def test_sweep_resume_skips_finished_and_restarts_interrupted(local_sweep):
     vdir = local_sweep["vdir"]
     kept = vdir / "CartPole-v1" / "seed1"
     kept_events, kept_done = event_files(kept), (kept / "done").read_text()
-    # seed 2 looks interrupted: no done marker, a partial run directory left behind.
+    # seed 2 looks like a run that failed before its first checkpoint: no done marker, no checkpoint, a partial
+    # run directory left behind. (A run with a checkpoint resumes instead: test_sweep.py.)
     redo = vdir / "CartPole-v1" / "seed2"
     (redo / "done").unlink()
+    for ckpt in (redo / "runs").glob("*/checkpoint.pt"):
+        ckpt.unlink()
     (redo / "runs" / "CartPole-v1__default__2__1").mkdir()
     (redo / "leftover").write_text("partial")
     r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-j", "2", "-o", local_sweep["out"], "--", *TINY)
     assert r.returncode == 0, r.stderr
-    assert "2 runs, 1 already done, 1 to run" in r.stderr
+    assert "2 runs, 1 already done, 1 to run (0 from a checkpoint)" in r.stderr
     assert event_files(kept) == kept_events and (kept / "done").read_text() == kept_done  # not run again
     assert (redo / "done").exists() and not (redo / "leftover").exists()
     assert [p.parent.name for p in event_files(redo)] != ["CartPole-v1__default__2__1"]
@@ -453,7 +452,7 @@ def interrupted_sweep(local_sweep):
     return info
 
 
-def test_sweep_interrupted_runs_start_over(interrupted_sweep):
+def test_sweep_interrupted_runs_resume_or_start_over(interrupted_sweep):
     info = interrupted_sweep
     assert info["stop_rc"] == 130, info["stop_err"]
     assert "stopping" in info["stop_err"]
@@ -464,7 +463,13 @@ def test_sweep_interrupted_runs_start_over(interrupted_sweep):
     assert "2 runs, 0 already done, 2 to run" in r.stderr
     for s in (1, 2):
         d = info["vdir"] / "CartPole-v1" / f"seed{s}"
-        assert (d / "done").exists() and len(event_files(d)) == 1
+        log = (d / "log.txt").read_text()
+        assert (d / "done").exists(), log
+        # A run stopped once it was training wrote a checkpoint and resumed from it (a second event file in
+        # its run folder); one stopped while still starting up (importing torch) had none and started over.
+        resumed = "# resuming from " in log
+        assert resumed == ("stopped by SIGTERM at step " in log)
+        assert len(event_files(d)) == (2 if resumed else 1)
 
 
 def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, tmp_path):
@@ -491,186 +496,3 @@ def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, 
         png = out_dir / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "NoSuchEnv" not in out  # failed runs wrote no events
-
-
-# ----------------------------------------------------------------------------------------------
-# sweep.sh, Slurm mode, on a real single-node Slurm started here
-# ----------------------------------------------------------------------------------------------
-
-SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-SLURM_BINARIES = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout, what, procs=()):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        for name, p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with status {p.returncode} while waiting for {what}")
-        time.sleep(0.3)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-
-
-class LocalSlurm:
-    """munged + slurmctld + slurmd on this host, all state in one temporary directory."""
-
-    def __init__(self):
-        # munged wants its socket directory (and the key) readable by it only where it says; mkdtemp is 0700.
-        self.dir = Path(tempfile.mkdtemp(prefix="sweep-slurm-"))
-        self.dir.chmod(0o755)
-        self.procs = []
-        self.env = {"SLURM_CONF": str(self.dir / "slurm.conf"), "PATH": SBIN_PATH}
-
-    def cmd(self, *args, check=True):
-        r = subprocess.run(list(args), capture_output=True, text=True, timeout=30, env={**os.environ, **self.env})
-        if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
-        return r
-
-    def spawn(self, name, *args):
-        log = open(self.dir / f"{name}.out", "w")
-        p = subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, **self.env})
-        log.close()
-        self.procs.append((name, p))
-        return p
-
-    def logs(self):
-        text = []
-        for f in sorted(self.dir.glob("*.out")) + sorted((self.dir / "log").glob("*.log")):
-            text.append(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
-        return "\n".join(text)
-
-    def start(self):
-        d = self.dir
-        for sub in ("munge", "state", "spool", "log"):
-            (d / sub).mkdir()
-        (d / "munge").chmod(0o755)
-        key = d / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
-        sock = d / "munge" / "munge.socket"
-        self.spawn("munged", "munged", "--foreground", f"--socket={sock}", f"--key-file={key}",
-                   f"--log-file={d / 'munge' / 'munged.log'}", f"--pid-file={d / 'munge' / 'munged.pid'}",
-                   f"--seed-file={d / 'munge' / 'munged.seed'}")
-        wait_for(sock.exists, 15, "the munge socket", self.procs)
-        host = socket.gethostname().split(".")[0]
-        ctld_port, d_port = free_port(), free_port()
-        (d / "slurm.conf").write_text(f"""\
-ClusterName=sweeptest
-SlurmctldHost={host}(127.0.0.1)
-SlurmUser=root
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sock}
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd.pid'}
-SlurmctldLogFile={d / 'log' / 'slurmctld.log'}
-SlurmdLogFile={d / 'log' / 'slurmd.log'}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-MinJobAge=600
-KillWait=5
-NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-""")
-        self.spawn("slurmctld", "slurmctld", "-D", "-c", "-f", str(d / "slurm.conf"))
-        wait_for(lambda: self.cmd("scontrol", "ping", check=False).stdout.count("UP") > 0, 30, "slurmctld",
-                 self.procs)
-        self.spawn("slurmd", "slurmd", "-D", "-N", host, "-f", str(d / "slurm.conf"))
-        wait_for(lambda: self.cmd("sinfo", "-h", "-o", "%t", check=False).stdout.strip() == "idle", 30,
-                 "the node to be idle", self.procs)
-
-    def stop(self):
-        if any(name == "slurmctld" and p.poll() is None for name, p in self.procs):
-            self.cmd("scancel", "--user", "root", check=False)
-            try:
-                wait_for(lambda: self.cmd("squeue", "-h", check=False).stdout.strip() == "", 20, "jobs to end")
-            except (TimeoutError, RuntimeError):
-                pass
-        for _, p in reversed(self.procs):  # slurmd, slurmctld, munged: only the processes started here
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=5)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def slurm(request):
-    missing = [b for b in SLURM_BINARIES if shutil.which(b, path=SBIN_PATH) is None]
-    if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} not found); "
-                    "apt-get install -y slurm-wlm munge provides it")
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm test runs slurmd, which starts jobs, as root")
-    cluster = LocalSlurm()
-    request.addfinalizer(cluster.stop)  # before starting anything: the daemons are stopped even on failure
-    try:
-        cluster.start()
-    except (RuntimeError, TimeoutError) as e:
-        pytest.fail(f"could not start a local Slurm: {e}\n{cluster.logs()}")
-    return cluster
-
-
-def test_sweep_slurm_job_array(slurm, tmp_path):
-    out = tmp_path / "sweeps"
-    args = ["-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-o", out, "--slurm", "--slurm-max-parallel", "2",
-            "--slurm-cpus", "1", "--slurm-time", "00:05:00", "--slurm-output", tmp_path / "slurm-out" / "%A_%a.out",
-            "--", *TINY]
-    r = sweep(*args, env=slurm.env)
-    assert r.returncode == 0, r.stderr + slurm.logs()
-    job_id = r.stdout.strip().splitlines()[-1]
-    assert job_id.isdigit(), r.stdout
-    assert "submitted job array" in r.stderr
-    # While the array is queued or running, the same sweep is not submitted a second time.
-    again = sweep(*args, env=slurm.env)
-    assert again.returncode == 2 and f"job(s) {job_id} of sweep-ppo_discrete-default are still queued" in again.stderr
-    job = slurm.cmd("scontrol", "show", "job", job_id).stdout
-    assert "ArrayTaskThrottle=2" in job and "TimeLimit=00:05:00" in job and "NumCPUs=1" in job
-    try:
-        wait_for(lambda: slurm.cmd("squeue", "-h", "-j", job_id, check=False).stdout.strip() == "", 150,
-                 f"job array {job_id}")
-    except TimeoutError as e:
-        pytest.fail(f"{e}\n{slurm.cmd('squeue', check=False).stdout}\n{slurm.logs()}")
-    states = slurm.cmd("scontrol", "show", "job", job_id).stdout
-    assert states.count("JobState=COMPLETED") == 2, states
-    vdir = out / "ppo_discrete" / "default"
-    for seed, task in ((1, 0), (2, 1)):
-        d = vdir / "CartPole-v1" / f"seed{seed}"
-        task_out = tmp_path / "slurm-out" / f"{job_id}_{task}.out"
-        assert (d / "done").exists(), (d / "log.txt").read_text() + task_out.read_text()
-        assert len(event_files(d)) == 1
-        assert (d / "log.txt").read_text().startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
-        assert f"finished {d}" in task_out.read_text()
-    job_scripts = list((vdir / "slurm").glob("array-*.sh"))
-    assert len(job_scripts) == 1 and "--array 0-1%2" in job_scripts[0].read_text()
-    # Submitting the same sweep again: everything is done, nothing is submitted.
-    r = sweep(*args, env=slurm.env)
-    assert r.returncode == 0 and "nothing to submit" in r.stderr and r.stdout.strip() == ""
-    # The results read like local ones.
-    rc, table, err = run_compare(out, "--out", tmp_path / "report", "--no-plots", "--resamples", "200")
-    assert rc == 0 and "| CartPole-v1 | default | 2 |" in table, err
