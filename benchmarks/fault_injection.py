@@ -1,10 +1,10 @@
 """Fault injection: does a sweep survive being killed at random moments, and what does each kill cost?
 
 It runs benchmarks/sweep.sh over a few short ppo_discrete.py runs (by default CartPole-v1 and Acrobot-v1,
-seeds 1 and 2, 196,608 steps each in iterations of 512, a checkpoint every 4 iterations, two runs at a time)
+seeds 1 and 2, 98,304 steps each in iterations of 512, a checkpoint every 4 iterations, two runs at a time)
 and kills the sweep again and again, each time a random number of seconds after starting it (uniform from 2 to
-16, seeded; the scripts take a few seconds to start, so some kills land while they import), half of the times
-by each of two kinds, in a random (seeded) order:
+16, seeded; the scripts take a few seconds to start, so some kills land while they import), by one of two
+kinds (in pairs of one of each, in a random, seeded, order):
 
   SIGTERM  to the sweep's bash process: what Ctrl-C, `kill` or Slurm at a time limit does. The sweep passes
            it on; each run stops at its next safe point, writes a checkpoint of its last whole iteration and
@@ -13,8 +13,10 @@ by each of two kinds, in a random (seeded) order:
            the runs' last periodic checkpoints are all that is left.
 
 After every kill it starts the same sweep command again (which resumes each unfinished run from its
-checkpoint), until --kills kills are done; then it lets the sweep finish. The runs are long enough that the
-kills end well before they do. What it measures:
+checkpoint), until a segment ends by itself before its kill time: every run is done. (After --max-kills kills
+it stops killing and lets the sweep finish.) The run length sets how many kills that takes: on the two-core
+development machine, where two runs train at about 1,200 steps/s each, the default makes about 30. What it
+measures:
 
 - kills survived, by kind, and runs completed (done markers; the final "done, N steps" line of each log);
 - work lost: after each kill, for every run the kill interrupted, the last step the run reported minus the
@@ -23,9 +25,9 @@ kills end well before they do. What it measures:
   and the checkpoint's step is read from the checkpoint file itself right after the kill; the next segment's
   start line ("resuming at step N") is checked against it. This counts the whole iterations that have to be
   computed again; the partial rollout under way at the kill (less than one iteration) is lost too but is not
-  in any log, so it is not counted. The raw TensorBoard event files are not used for this: the writer
-  buffers, so what a killed run had logged since its last flush is missing from them (they are reported
-  too, as "iterations logged twice in the raw events", a lower bound);
+  in any log, so it is not counted. The raw TensorBoard event files give a second count, reported beside it:
+  the iterations logged more than once (before TensorBoard's purge hides the copies a killed run logged past
+  its checkpoint). It can only be lower, as events still in the writer's buffers die with a killed process;
 - whether every checkpoint ever found (after every kill, every run's checkpoint.pt) loaded with torch.load,
   and how many half-written checkpoint.pt.tmp files kills left behind (harmless: the next write replaces
   them);
@@ -36,7 +38,7 @@ kills end well before they do. What it measures:
 Targets: every run completes; no checkpoint or log is ever unreadable; every SIGKILL costs each run at most
 one checkpoint interval (here 4 iterations, 2,048 steps); every SIGTERM costs no whole iteration.
 
-Usage (from anywhere; about 6-10 minutes on two otherwise idle cores, with two trainings at a time):
+Usage (from anywhere; about 6-8 minutes on two otherwise idle cores, with two trainings at a time):
     python benchmarks/fault_injection.py --out benchmarks/results/faults
 It writes OUT/report.md (the summary), OUT/report.json (every kill, every interrupted run), OUT/sweep_output.txt
 (what each sweep segment printed) and the sweep itself under OUT/sweeps/. OUT must not hold an earlier sweep.
@@ -66,11 +68,11 @@ def parse_args():
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "faults")
     p.add_argument("--envs", default="CartPole-v1,Acrobot-v1")
     p.add_argument("--seeds", default="1,2")
-    p.add_argument("--total-timesteps", type=int, default=196608)
+    p.add_argument("--total-timesteps", type=int, default=98304)
     p.add_argument("--num-envs", type=int, default=4)
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--checkpoint-every", type=int, default=4, help="iterations between checkpoints")
-    p.add_argument("--kills", type=int, default=24, help="kills to inject before letting the sweep finish")
+    p.add_argument("--max-kills", type=int, default=60, help="after this many kills, let the sweep finish")
     p.add_argument("--min-delay", type=float, default=2.0, help="seconds after a (re)start, at least ...")
     p.add_argument("--max-delay", type=float, default=16.0, help="... and at most, drawn uniformly")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill times and kinds")
@@ -199,15 +201,15 @@ class Benchmark:
 
     def run(self):
         rng = random.Random(self.args.seed)
-        # Half the kills of each kind, in a random order; after them, no more kills.
-        kinds = ["SIGTERM", "SIGKILL"] * (self.args.kills // 2) + ["SIGKILL"] * (self.args.kills % 2)
-        rng.shuffle(kinds)
+        kinds = []  # drawn in pairs of one of each kind, so that neither kind runs ahead of the other
         started = time.time()
         output = open(self.out / "sweep_output.txt", "w")
         while True:
             before = self.logs()
-            killing = len(self.kills) < self.args.kills
-            kind = kinds[len(self.kills)] if killing else None
+            if not kinds:
+                kinds = rng.sample(["SIGTERM", "SIGKILL"], 2)
+            killing = len(self.kills) < self.args.max_kills
+            kind = kinds.pop()
             delay = rng.uniform(self.args.min_delay, self.args.max_delay)
             plan = f"{kind} after {delay:.1f} s" if killing else "no kill"
             output.write(f"\n=== segment {len(self.kills) + 1} ({plan})\n")
@@ -299,6 +301,7 @@ def summarize(bench, rc, seconds, runs):
         "final_sweep_exit": rc, "wall_seconds": round(seconds), "kills": len(kills), "by_kind": by_kind,
         "runs_completed": sum(r["done"] and r["final_steps"] == args.total_timesteps for r in runs),
         "runs": runs, "steps_recomputed": sum(i["lost_steps"] for i in per_run),
+        "steps_recomputed_raw_events": bench.batch * sum(r["iterations_logged_twice_raw"] for r in runs),
         "steps_trained": total_trained, "checkpoints_loaded": bench.checkpoints_loaded,
         "unreadable": bench.unreadable, "half_written_tmp_checkpoints_seen": bench.tmp_files_seen,
         "resume_mismatches": bench.mismatches, "kill_log": kills,
@@ -325,7 +328,8 @@ def markdown(r):
         f"Sweep: ppo_discrete.py on {s['envs']}, seeds {s['seeds']}, {s['total_timesteps']} steps each "
         f"({s['num_envs']} envs x {s['num_steps']} steps per iteration), a checkpoint every {s['checkpoint_every']} "
         f"iterations ({r['checkpoint_interval_steps']} steps), {s['jobs']} runs at a time. Kills after "
-        f"{s['min_delay']}-{s['max_delay']} s (uniform, seed {s['seed']}), then the same sweep started again.", "",
+        f"{s['min_delay']}-{s['max_delay']} s (uniform, seed {s['seed']}), each followed by the same sweep command "
+        f"again, until every run was done: {r['kills']} kills.", "",
         "| | SIGTERM to the sweep | SIGKILL to its process group |", "|---|---|---|",
         f"| kills survived | {t['kills']} | {k['kills']} |",
         f"| runs interrupted (run x kill) | {t['runs_interrupted']} | {k['runs_interrupted']} |",
@@ -339,7 +343,8 @@ def markdown(r):
         f"| longest stop (signal to sweep exit) | {t['max_stop_seconds']} s | - |", "",
         f"Runs completed: {r['runs_completed']} of {len(r['runs'])} (final sweep exit {r['final_sweep_exit']}). "
         f"Steps recomputed because of kills: {r['steps_recomputed']} of {r['steps_trained']} trained "
-        f"({100 * r['steps_recomputed'] / r['steps_trained']:.1f}%). Checkpoints loaded after kills: "
+        f"({100 * r['steps_recomputed'] / r['steps_trained']:.1f}%; by the raw event files, "
+        f"{r['steps_recomputed_raw_events']}). Checkpoints loaded after kills: "
         f"{r['checkpoints_loaded']}, unreadable: {len(r['unreadable'])}; half-written checkpoint.pt.tmp files "
         f"seen: {r['half_written_tmp_checkpoints_seen']}; segments that did not resume at the checkpoint read "
         f"after the kill: {len(r['resume_mismatches'])}.", "",
