@@ -48,6 +48,10 @@ Options:
   -o, --outdir DIR          root of the sweep output (default: benchmarks/sweeps next to this script)
   -j, --jobs N              local mode: runs at once (default: number of cores)
       --python PY           interpreter (default: $PYTHON, else python)
+      --nproc-per-node N    train each run on N processes with torchrun (default 1: plain python); for
+                            scripts that support it (ppo_atari.py): N GPUs with --cuda, else N CPU processes
+                            of one thread each. Locally, -j then counts runs, each of N processes; in Slurm
+                            mode give each task the CPUs (--slurm-cpus) and GPUs (--slurm-arg=--gpus-per-task=N)
       --checkpoint-minutes M  each run writes a checkpoint every M minutes of wall time (default 5; 0: only
                             when stopped by a signal and at the end). It bounds what a run killed without
                             warning (SIGKILL, out of memory, a dead node) loses to about M minutes; a run
@@ -128,9 +132,12 @@ run_one() {
     # Pass a stop request on to the training process, which then writes a checkpoint and exits. TERM, not
     # INT: after Ctrl-C the run has the terminal's SIGINT already, and a second SIGINT would exit at once.
     # USR1 is Slurm's warning before the time limit (--signal=B:USR1@SECS): stop, and requeue the task below.
+    # torchrun passes TERM on to its workers, while USR1 would kill it outright: it gets TERM for both.
+    local warning=USR1
+    [[ " $* " != *" torch.distributed.run "* ]] || warning=TERM
     pid="" stopping=0 requeue=0 offset=$(wc -c <"$log")
     trap 'stopping=1; [ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null' TERM INT
-    trap 'stopping=1 requeue=1; [ -z "$pid" ] || kill -USR1 "$pid" 2>/dev/null' USR1
+    trap 'stopping=1 requeue=1; [ -z "$pid" ] || kill -$warning "$pid" 2>/dev/null' USR1
     (cd "$dir" && OMP_NUM_THREADS=$threads exec "$@") >>"$log" 2>&1 </dev/null &
     pid=$!
     [ "$stopping" -eq 0 ] || kill -TERM "$pid" 2>/dev/null
@@ -181,7 +188,7 @@ seed_count_given=0 checkpoint_minutes=5
 jobs=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 python=${PYTHON:-python}
 slurm=0 slurm_max="" slurm_cpus=1 slurm_time="" slurm_output="" slurm_partition="" slurm_args=()
-slurm_signal_secs=120
+slurm_signal_secs=120 nproc=1
 extra=()
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -203,6 +210,7 @@ while [ $# -gt 0 ]; do
         -o | --outdir) need "$@"; outdir=$2; shift 2 ;;
         -j | --jobs) need "$@"; jobs=$2; shift 2 ;;
         --python) need "$@"; python=$2; shift 2 ;;
+        --nproc-per-node) need "$@"; nproc=$2; shift 2 ;;
         --checkpoint-minutes) need "$@"; checkpoint_minutes=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --slurm) slurm=1; shift ;;
@@ -239,6 +247,9 @@ slurm_seconds() {
     die "bad --variant '$variant': use letters, digits, '.', '_', '-' (no '__', which separates run-name fields)"
 is_int "$jobs" && [ "$jobs" -ge 1 ] || die "--jobs must be a positive integer"
 is_int "$slurm_cpus" && [ "$slurm_cpus" -ge 1 ] || die "--slurm-cpus must be a positive integer"
+is_int "$nproc" && [ "$nproc" -ge 1 ] || die "--nproc-per-node must be a positive integer"
+[ "$nproc" -eq 1 ] || grep -q WORLD_SIZE "$script" ||
+    die "$script does not train under torchrun (only ppo_atari.py does): drop --nproc-per-node"
 [[ "$checkpoint_minutes" =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] ||
     die "--checkpoint-minutes must be a number >= 0 (0: checkpoints only when stopped and at the end)"
 is_int "$slurm_signal_secs" && [ "$slurm_signal_secs" -ge 1 ] && [ "$slurm_signal_secs" -le 65535 ] ||
@@ -314,7 +325,9 @@ for env in "${env_ids[@]}"; do
             n_resume=$((n_resume + 1))
             [ "$dry_run" -eq 0 ] || echo "# resume from its checkpoint (--resume is added): $env seed $seed"
         fi
-        cmd=("$python_abs" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
+        launcher=("$python_abs")  # torchrun is `python -m torch.distributed.run`, of the same interpreter
+        [ "$nproc" -eq 1 ] || launcher+=(-m torch.distributed.run --standalone --nproc-per-node "$nproc")
+        cmd=("${launcher[@]}" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
             --save-model --checkpoint-minutes "$checkpoint_minutes" ${extra[@]+"${extra[@]}"})
         todo_dirs+=("$dir")
         quoted=$(printf '%q ' "${cmd[@]}")

@@ -162,6 +162,24 @@ def test_sweep_passes_checkpoint_options(tmp_path):
     assert "--_slurm-task" in r.stdout
 
 
+def test_sweep_starts_runs_under_torchrun(tmp_path):
+    """--nproc-per-node N: each run is one torchrun of N processes, locally and in Slurm tasks alike."""
+    atari = REPO / "ppo_atari.py"
+    r = sweep("-s", atari, "-e", "BreakoutNoFrameskip-v4", "--seeds", "1", "-o", tmp_path, "--dry-run",
+              "--nproc-per-node", "2", "--", "--no-cuda")
+    assert r.returncode == 0, r.stderr
+    assert f"python -m torch.distributed.run --standalone --nproc-per-node 2 {atari} --env-id " \
+           "BreakoutNoFrameskip-v4" in r.stdout.replace(sys.executable, "python")
+    r = sweep("-s", atari, "-e", "BreakoutNoFrameskip-v4", "--seeds", "1", "-o", tmp_path, "--dry-run",
+              "--nproc-per-node", "2", "--slurm", "--slurm-cpus", "2")
+    assert r.returncode == 0 and "torch.distributed.run --standalone --nproc-per-node 2" in r.stdout, r.stderr
+    # Only a script that trains under torchrun may be started that way.
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-o", tmp_path, "--dry-run", "--nproc-per-node", "2")
+    assert r.returncode == 2 and r.stderr.startswith("sweep.sh: error: ") and "torchrun" in r.stderr, r.stderr
+    r = sweep("-s", atari, "-e", "PongNoFrameskip-v4", "-o", tmp_path, "--dry-run", "--nproc-per-node", "0")
+    assert r.returncode == 2 and "--nproc-per-node must be a positive integer" in r.stderr, r.stderr
+
+
 # ----------------------------------------------------------------------------------------------
 # Local mode: killed outright, stopped with SIGTERM
 # ----------------------------------------------------------------------------------------------
