@@ -366,10 +366,13 @@ class AleVectorGameScore(gym.vector.VectorWrapper):
 
 
 def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
-    """ale-py's C++ vector env with the details above by name. Differences from the wrappers, all minor:
-    life loss only sets terminated (episodic_life=True would reset the whole game at every lost life), so
-    neither FIRE nor a fresh frame stack follows a lost life; a new game's stack is padded with zeros; and
-    its no-op start draws 0..29 no-ops where NoopReset draws 1..30."""
+    """ale-py's C++ vector env with the details above by name. It differs from the wrappers, and its learning
+    has not been measured side by side with theirs yet: life loss only sets terminated (episodic_life=True
+    would reset the whole game at every lost life), so neither FIRE nor a fresh frame stack follows a lost
+    life, and a reset presses FIRE for one frame only. That one matters in principle: in a game that needs FIRE
+    to go on (Breakout), a policy that stops pressing it stalls until the 108k-frame cap. Also, a new game's
+    stack is padded with zeros, and its no-op start draws 0..29 no-ops where NoopReset draws 1..30. Use it for
+    speed; publish results from the wrappers until the two are shown to learn alike."""
     spec = gym.spec(env_id)
     return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
         game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,
