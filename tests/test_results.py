@@ -1,0 +1,174 @@
+"""Every published figure can be recomputed from the repository.
+
+Each folder of benchmarks/results/ with a comparison.md says in its README.md the exact
+`python benchmarks/compare.py ...` command that wrote it. Here that command runs again (without plots, into a
+temporary folder) on the TensorBoard events committed in the folder, and:
+- the regenerated comparison equals the committed comparison.md (its plot links aside);
+- every figure the folder's README quotes (mean ± std, and bracketed intervals) is in the regenerated table,
+  except in a paragraph that starts with "**Superseded", which keeps figures of an earlier run for the record;
+- every figure that benchmarks/results/README.md (the index) and the top-level README.md quote for the folder
+  is in it too.
+A folder whose events are not in the repository must say so in its README ("not recomputable from the
+repository until re-run"); it is skipped by that marker, and the marker must go once events are committed.
+"""
+
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+MARKER = "not recomputable from the repository until re-run"
+
+_spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)
+
+FOLDERS = sorted(p.parent.name for p in RESULTS.glob("*/comparison.md"))
+# A figure as the tables write it: "490.04 ± 6.12", "-82.01 ± 0.65", or an interval "0.04 [0.00, 0.24]".
+FIGURE = re.compile(r"(?<![\d.])-?\d+\.\d+ (?:± \d+\.\d+|\[-?\d+\.\d+, -?\d+\.\d+\])")
+
+
+def normalize(text):
+    """The READMEs write minus signs as '−' and may group thousands with commas; the tables do neither."""
+    return re.sub(r"(?<=\d),(?=\d{3})", "", text.replace("−", "-"))
+
+
+def figures(text):
+    return FIGURE.findall(normalize(text))
+
+
+def current_text(readme):
+    """A README without its paragraphs of superseded figures (those that start with "**Superseded")."""
+    return "\n\n".join(p for p in readme.split("\n\n") if not p.lstrip().startswith("**Superseded"))
+
+
+def recomputable(folder):
+    return MARKER not in (RESULTS / folder / "README.md").read_text().lower()
+
+
+def has_events(folder):
+    return any((RESULTS / folder).rglob("events.out.tfevents.*"))
+
+
+def compare_command(folder):
+    """The last `python benchmarks/compare.py ...` command in the folder's README (the one that wrote the
+    committed comparison.md), as arguments for compare.main."""
+    commands = [line.strip() for line in (RESULTS / folder / "README.md").read_text().splitlines()
+                if line.strip().startswith("python benchmarks/compare.py")]
+    assert commands, f"{folder}/README.md gives no `python benchmarks/compare.py` command"
+    return shlex.split(commands[-1])[2:]
+
+
+_regenerated = {}
+
+
+def regenerate(folder, tmp_dir):
+    """The comparison of a recomputable folder, regenerated from its committed events (cached per folder)."""
+    if folder not in _regenerated:
+        args = compare_command(folder)
+        if "--out" in args:  # into the temporary folder, not over the committed one
+            i = args.index("--out")
+            del args[i:i + 2]
+        args += ["--out", str(tmp_dir / folder), "--no-plots"]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = compare.main(args)
+        assert rc == 0, err.getvalue()
+        _regenerated[folder] = (tmp_dir / folder / "comparison.md").read_text()
+    return _regenerated[folder]
+
+
+@pytest.fixture(scope="module")
+def tmp_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("regenerated")
+
+
+def content_lines(text):
+    """The lines of a comparison.md that carry content: no blank lines, no plot links (--no-plots)."""
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("![")]
+
+
+def table_text(folder, tmp_dir):
+    """What a quoted figure of `folder` is checked against: its regenerated comparison, or, where the folder
+    is marked as not recomputable, its committed one (then the check is only that the quote is consistent)."""
+    if recomputable(folder):
+        return regenerate(folder, tmp_dir)
+    return (RESULTS / folder / "comparison.md").read_text()
+
+
+def test_there_are_results_to_check():
+    assert {"classic", "clip_ablation"} <= set(FOLDERS)
+    assert any(recomputable(f) for f in FOLDERS)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_comparison_is_regenerated_from_the_committed_events(folder, tmp_dir):
+    if not recomputable(folder):
+        assert not has_events(folder), f"{folder}/ has events now: remove the '{MARKER}' marker from its README"
+        pytest.skip(f"{folder}/README.md: {MARKER}")
+    assert has_events(folder), (f"{folder}/ holds no TensorBoard events: commit them, or say in its README "
+                                f"that it is {MARKER}")
+    committed = (RESULTS / folder / "comparison.md").read_text()
+    assert content_lines(regenerate(folder, tmp_dir)) == content_lines(committed)
+    quoted = figures(current_text((RESULTS / folder / "README.md").read_text()))
+    assert quoted, f"{folder}/README.md quotes no figures"
+    table = regenerate(folder, tmp_dir)
+    missing = [f for f in quoted if f not in table]
+    assert not missing, f"{folder}/README.md quotes figures its regenerated table does not have: {missing}"
+
+
+def index_rows():
+    """(folder, figures) of each row of benchmarks/results/README.md that links a folder with a comparison."""
+    rows = []
+    for line in (RESULTS / "README.md").read_text().splitlines():
+        m = re.match(r"\| \[(\w+)/\]\(\1/\)", line)
+        if m and m[1] in FOLDERS:
+            rows.append((m[1], figures(line)))
+    return rows
+
+
+def test_index_quotes_the_folders_tables(tmp_dir):
+    rows = index_rows()
+    assert {folder for folder, _ in rows} == set(FOLDERS)
+    for folder, quoted in rows:
+        assert quoted, f"the index row of {folder}/ quotes no figure"
+        table = table_text(folder, tmp_dir)
+        missing = [f for f in quoted if f not in table]
+        assert not missing, f"benchmarks/results/README.md quotes for {folder}/ what its table lacks: {missing}"
+
+
+def top_level_rows():
+    """(script, env, our figure) of each row of the top-level README's results table."""
+    rows = []
+    for line in (REPO / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and re.fullmatch(r"`ppo_\w+\.py`", cells[0]):
+            rows.append((cells[0].strip("`").removesuffix(".py"), cells[1], figures(cells[3])))
+    return rows
+
+
+def default_row(text, script, env):
+    """The `default` variant's row of `env` in the `## script` section of a comparison, or None."""
+    section = text.split(f"## {script}\n", 1)
+    if len(section) < 2:
+        return None
+    section = section[1].split("\n## ", 1)[0]
+    return next((line for line in section.splitlines() if line.startswith(f"| {env} | default |")), None)
+
+
+def test_top_level_readme_quotes_the_folders_tables(tmp_dir):
+    rows = top_level_rows()
+    assert len(rows) >= 2 and all(quoted for _, _, quoted in rows)
+    for script, env, quoted in rows:
+        # The folder whose comparison holds the default run of this script and env.
+        homes = [f for f in FOLDERS if default_row((RESULTS / f / "comparison.md").read_text(), script, env)]
+        assert len(homes) == 1, f"README.md's {script} / {env} row: found in {homes or 'no'} results folder"
+        row = default_row(table_text(homes[0], tmp_dir), script, env)
+        assert row is not None and quoted[0] in row, (
+            f"README.md quotes {quoted[0]} for {script} / {env}; {homes[0]}/ has: {row}")
