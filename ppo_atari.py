@@ -899,7 +899,7 @@ def main():
 
     agent = Agent(n_actions).to(device)
     # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
-    # the same arithmetic in one call per step instead of one per tensor.
+    # Adam's update in one call per step instead of one per tensor (it rounds differently in the last bit).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = 1, 0
     if ckpt is not None:
