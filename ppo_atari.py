@@ -524,13 +524,17 @@ def check_args(args):
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
+    # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
+    if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
+        fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
+
+
+def check_split_across_processes(args):
+    """[aux-2] For training under torchrun, with the settings it will run (a resumed run's are the checkpoint's)."""
     if args.num_envs % WORLD_SIZE or (args.num_envs // WORLD_SIZE * args.num_steps) % args.num_minibatches:
         fail(f"--num-envs {args.num_envs} must split evenly across the {WORLD_SIZE} torchrun processes, and each "
              f"process's share of a rollout into {args.num_minibatches} minibatches: choose --num-envs a multiple "
              f"of {WORLD_SIZE} (and --num-minibatches that divides num_envs / {WORLD_SIZE} * num_steps)")
-    # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
-    if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
-        fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
 
 
 def load_checkpoint(path, args):
@@ -750,8 +754,14 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
 
 
 def init_distributed(device):
-    if WORLD_SIZE > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if WORLD_SIZE == 1:
+        return
+    if device.type == "cuda":
+        # NCCL collectives (all_gather_object too) run on the current device: make it this process's own GPU.
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
 
 
 def average_gradients(model):
@@ -836,6 +846,10 @@ def main():
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if device.type == "cuda" and local_processes > torch.cuda.device_count():  # [aux-2] one GPU per process
+        fail(f"{local_processes} processes on this machine but {torch.cuda.device_count()} GPUs: use "
+             f"--nproc-per-node {torch.cuda.device_count()}, or --no-cuda")
 
     if args.eval_checkpoint:
         if RANK != 0:
@@ -854,6 +868,7 @@ def main():
 
     if ckpt is not None:
         merge_resumed_args(args, ckpt)
+    check_split_across_processes(args)
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
@@ -861,8 +876,9 @@ def main():
         run_name = ckpt["run_name"]
         run_dir = resumed_run_dir(args.resume, run_name)
         if ckpt["iteration"] >= num_iterations:
-            print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
-                  f"to train. To train longer, start a new run with a larger --total-timesteps.")
+            if RANK == 0:
+                    print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): "
+                      f"nothing to train. To train longer, start a new run with a larger --total-timesteps.")
             return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
         video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
@@ -878,7 +894,7 @@ def main():
     # --num-envs, and trains on its share of every batch and minibatch.
     init_distributed(device)
     num_envs, first_env = args.num_envs // WORLD_SIZE, RANK * (args.num_envs // WORLD_SIZE)
-    batch_size, minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
+    local_batch_size, local_minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
 
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
     # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
@@ -939,9 +955,8 @@ def main():
     next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
     next_obs = torch.as_tensor(next_obs_np, device=device)
     recent_returns = deque(maxlen=100)
-    progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * args.num_envs *
-                        args.num_steps, global_step)
-    announce_start(args, run_dir, device, num_iterations * args.num_envs * args.num_steps, global_step)
+    progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * batch_size, global_step)
+    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
     stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
 
     for iteration in range(start_iteration, num_iterations + 1):
@@ -990,7 +1005,7 @@ def main():
         advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
 
         # --- flatten the batch ---
-        b_obs = obs.reshape((batch_size,) + obs_shape)
+        b_obs = obs.reshape((local_batch_size,) + obs_shape)
         b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
 
@@ -998,9 +1013,9 @@ def main():
         clipfracs = []
         for epoch in range(args.update_epochs):
             # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
-            order = torch.randperm(batch_size, device=device)
-            for start in range(0, batch_size, minibatch_size):
-                mb = order[start:start + minibatch_size]
+            order = torch.randperm(local_batch_size, device=device)
+            for start in range(0, local_batch_size, local_minibatch_size):
+                mb = order[start:start + local_minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
                 logratio = new_logprob - b_logprobs[mb]
                 ratio = logratio.exp()
@@ -1017,9 +1032,9 @@ def main():
                 entropy_loss = entropy.mean()
                 # [core-10] One loss, one optimizer for the shared trunk and both heads.
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
-                if not torch.isfinite(loss):
+                if any_process(not torch.isfinite(loss), device):  # [aux-2] on any process: all stop
                     writer.close()  # keep the logs that explain the divergence
-                    fail(f"loss became {loss.item()} at step {global_step}; stopping "
+                    fail(f"the loss is not finite at step {global_step}; stopping "
                          f"(the last good checkpoint, if any, is left at {ckpt_path})")
 
                 optimizer.zero_grad()
@@ -1056,7 +1071,7 @@ def main():
 
     progress.end_line()
     stopped = any_process(stop, device)
-    completed_steps = completed * args.num_envs * args.num_steps
+    completed_steps = completed * batch_size
     if stopped or args.save_model:
         save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, writer)
     envs.close()

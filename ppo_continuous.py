@@ -845,13 +845,14 @@ def main():
             last_saved_at = time.time()
 
     progress.end_line()
-    if stop or args.save_model:
+    stopped = bool(stop)  # read once: a signal during the teardown below must not claim a checkpoint
+    if stopped or args.save_model:
         save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, writer)
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
-    if stop:
+    if stopped:
         exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
     announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
 

@@ -46,7 +46,7 @@ Options:
   -v, --variant NAME        name of this configuration, passed to the script as --exp-name (default: default);
                             letters, digits, '.', '_', '-', and no '__'. Use a new name for new EXTRA_ARGS.
   -o, --outdir DIR          root of the sweep output (default: benchmarks/sweeps next to this script)
-  -j, --jobs N              local mode: runs at once (default: number of cores)
+  -j, --jobs N              local mode: runs at once (default: number of cores / --nproc-per-node)
       --python PY           interpreter (default: $PYTHON, else python)
       --nproc-per-node N    train each run on N processes with torchrun (default 1: plain python); for
                             scripts that support it (ppo_atari.py): N GPUs with --cuda, else N CPU processes
@@ -63,8 +63,9 @@ Options:
 Slurm mode (one array task per env x seed that is not done yet; prints the job id and returns):
       --slurm               submit to Slurm with sbatch instead of running locally
       --slurm-max-parallel N  at most N tasks at once (--array=...%N; default: no limit)
-      --slurm-cpus N        CPUs per task (default 1; OMP_NUM_THREADS is set to it; the scripts still use
-                            one torch thread unless given --threads N after --)
+      --slurm-cpus N        CPUs per task (default 1; OMP_NUM_THREADS is set to N / --nproc-per-node;
+                            ppo_atari.py follows it, the two MLP scripts keep one torch thread unless given
+                            --threads after --)
       --slurm-time T        time limit per task, e.g. 02:00:00 (default: the partition's)
       --slurm-signal-secs S Slurm warns each task S seconds before its time limit (default 120); the task
                             stops its run with a checkpoint and requeues itself, and the requeued task resumes
@@ -185,7 +186,7 @@ fi
 # ---------------------------------------------------------------------------------------------------
 script="" env_ids=() seeds=() num_seeds=3 seed_start=1 variant=default outdir="" dry_run=0
 seed_count_given=0 checkpoint_minutes=5
-jobs=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) jobs=""
 python=${PYTHON:-python}
 slurm=0 slurm_max="" slurm_cpus=1 slurm_time="" slurm_output="" slurm_partition="" slurm_args=()
 slurm_signal_secs=120 nproc=1
@@ -245,9 +246,11 @@ slurm_seconds() {
 [ ${#env_ids[@]} -gt 0 ] || die "--env-ids is required (see --help)"
 [[ "$variant" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ && "$variant" != *__* ]] ||
     die "bad --variant '$variant': use letters, digits, '.', '_', '-' (no '__', which separates run-name fields)"
-is_int "$jobs" && [ "$jobs" -ge 1 ] || die "--jobs must be a positive integer"
+[ -z "$jobs" ] || { is_int "$jobs" && [ "$jobs" -ge 1 ]; } || die "--jobs must be a positive integer"
 is_int "$slurm_cpus" && [ "$slurm_cpus" -ge 1 ] || die "--slurm-cpus must be a positive integer"
 is_int "$nproc" && [ "$nproc" -ge 1 ] || die "--nproc-per-node must be a positive integer"
+[ -n "$jobs" ] || jobs=$((cores / nproc > 0 ? cores / nproc : 1))  # each run has nproc processes of one thread
+task_threads=$((slurm_cpus / nproc > 0 ? slurm_cpus / nproc : 1))  # a Slurm task's CPUs, shared by its processes
 [ "$nproc" -eq 1 ] || grep -q WORLD_SIZE "$script" ||
     die "$script does not train under torchrun (only ppo_atari.py does): drop --nproc-per-node"
 [[ "$checkpoint_minutes" =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] ||
@@ -270,6 +273,7 @@ if [ ${#seeds[@]} -eq 0 ]; then
     for ((i = 0; i < num_seeds; i++)); do seeds+=($((seed_start + i))); done
 fi
 for s in "${seeds[@]}"; do is_int "$s" || die "bad seed '$s'"; done
+for i in "${!seeds[@]}"; do seeds[i]=$((10#${seeds[i]})); done  # 010 is seed 10, not octal 8, nor another 10
 # Two runs of the same env and seed would share one directory, each wiping the other's files.
 dup=$(printf '%s\n' "${seeds[@]}" | sort | uniq -d | head -n 1)
 [ -z "$dup" ] || die "seed $dup is given twice"
@@ -286,6 +290,7 @@ for arg in ${extra[@]+"${extra[@]}"}; do
         --eval-checkpoint) why="a sweep trains; evaluate a checkpoint with the script itself" ;;
         --save-model | --no-save-model) why="every sweep run saves a checkpoint" ;;
         --checkpoint-minutes) why="use the sweep's own --checkpoint-minutes" ;;
+        -h | --help) why="every run would print its help, exit 0 and be marked done" ;;
         *) continue ;;
     esac
     die "'$arg' after -- collides with what the sweep sets for each run: $why"
@@ -382,7 +387,7 @@ if [ "$slurm" -eq 1 ]; then
         echo 'case "$SLURM_ARRAY_TASK_ID" in'
         for ((i = 0; i < n_todo; i++)); do
             echo "  $i)  # ${todo_names[$i]}"
-            echo "    exec bash $(printf '%q ' "$SWEEP_SH" --_slurm-task "${todo_dirs[$i]}" "$slurm_cpus")${todo_cmds[$i]}"
+            echo "    exec bash $(printf '%q ' "$SWEEP_SH" --_slurm-task "${todo_dirs[$i]}" "$task_threads")${todo_cmds[$i]}"
             echo "    ;;"
         done
         echo '  *) echo "no task $SLURM_ARRAY_TASK_ID" >&2; exit 2;;'

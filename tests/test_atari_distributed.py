@@ -186,3 +186,14 @@ def test_bad_input_under_torchrun_prints_one_error_line(tmp_path):
     odd = torchrun(SCRIPT, "--num-envs", 3, "--num-minibatches", 1, cwd=tmp_path)
     assert [line for line in odd.stderr.splitlines() if line.startswith("error:")][0].startswith(
         "error: --num-envs 3 must split evenly across the 2 torchrun processes")
+
+
+def test_evaluation_under_torchrun_with_any_process_count(two_process_run, tmp_path):
+    """Evaluation runs on rank 0 alone, so 3 processes may evaluate although the default 8 envs do not split
+    into 3; the one score line comes from rank 0."""
+    result, cwd = two_process_run
+    ok(result)
+    ckpt = only_run_dir(cwd) / "checkpoint.pt"
+    three = torchrun(SCRIPT, "--eval-checkpoint", ckpt, "--eval-episodes", 1, "--no-cuda", cwd=tmp_path, nproc=3)
+    ok(three)
+    assert len([line for line in three.stdout.splitlines() if "over 1 games" in line]) == 1, three.stdout

@@ -121,6 +121,7 @@ def logged_steps(seed_dir):
     (["--no-save-model"], "every sweep run saves a checkpoint"),
     (["--checkpoint-minutes", "1"], "use the sweep's own --checkpoint-minutes"),
     (["--checkpoint-minutes=1"], "use the sweep's own --checkpoint-minutes"),
+    (["--help"], "every run would print its help, exit 0 and be marked done"),
 ])
 def test_sweep_refuses_extra_arguments_it_sets_itself(tmp_path, extra, hint):
     r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-o", tmp_path, "--dry-run", "--", "--clip-coef", "0.1", *extra)
@@ -134,6 +135,7 @@ def test_sweep_refuses_extra_arguments_it_sets_itself(tmp_path, extra, hint):
     (["--seeds", "1,2", "-n", "5"], "--seeds lists the seeds: do not also give --num-seeds or --seed-start"),
     (["-n", "5", "--seeds", "1,2"], "--seeds lists the seeds: do not also give --num-seeds or --seed-start"),
     (["--seeds", "1,2", "--seed-start", "3"], "--seeds lists the seeds: do not also give --num-seeds or --seed-start"),
+    (["--seeds", "10,010"], "seed 10 is given twice"),  # decimal, whatever the leading zeros
     (["--checkpoint-minutes", "-1"], "--checkpoint-minutes must be a number >= 0"),
     (["--checkpoint-minutes", "five"], "--checkpoint-minutes must be a number >= 0"),
     (["--slurm", "--slurm-signal-secs", "0"], "--slurm-signal-secs must be an integer from 1 to 65535"),
