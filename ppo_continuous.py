@@ -439,11 +439,24 @@ def merge_resumed_args(args, ckpt):
     check_args(args)  # the merged settings, as they will run
 
 
-def resumed_run_dir(checkpoint_path, run_name):
+def resumed_run_dir(checkpoint_path, ckpt):
     """A checkpoint in its own run folder resumes there, from wherever it is started; a copy kept elsewhere
-    resumes into runs/{run_name} under the working directory."""
+    resumes into runs/{run_name} under the working directory. Either way the run's checkpoint.pt there will be
+    overwritten, so an older checkpoint (a copy kept from step M) may not resume over a newer one."""
+    run_name = ckpt["run_name"]
     folder = os.path.dirname(os.path.abspath(checkpoint_path))
-    return folder if os.path.basename(folder) == run_name else os.path.join("runs", run_name)
+    run_dir = folder if os.path.basename(folder) == run_name else os.path.join("runs", run_name)
+    current = os.path.join(run_dir, "checkpoint.pt")
+    if os.path.isfile(current) and not os.path.samefile(current, checkpoint_path):
+        try:
+            current_step = torch.load(current, map_location="cpu", weights_only=True)["global_step"]
+        except Exception:  # a damaged checkpoint holds nothing to keep
+            current_step = -1
+        if current_step > ckpt["global_step"]:
+            fail(f"{current} is at step {current_step}, past the step {ckpt['global_step']} of {checkpoint_path}: "
+                 f"resuming from the older one would overwrite it. Resume from {current}, or move it away first "
+                 f"to train again from step {ckpt['global_step']}")
+    return run_dir
 
 
 def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer=None):
@@ -642,7 +655,7 @@ def main():
     num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
     if ckpt is not None:
         run_name = ckpt["run_name"]
-        run_dir = resumed_run_dir(args.resume, run_name)
+        run_dir = resumed_run_dir(args.resume, ckpt)
         if ckpt["iteration"] >= num_iterations:
             print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
                   f"to train. To train longer, start a new run with a larger --total-timesteps.")

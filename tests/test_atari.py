@@ -410,9 +410,11 @@ def test_evaluate_and_resume(trained, tmp_path):
     ckpt["iteration"], ckpt["global_step"] = 1, 256  # back to the middle: iteration 2 is trained again
     crafted = cwd / "crafted.pt"
     torch.save(ckpt, crafted)
+    final = run_dir / "final.pt"  # the run's newer checkpoint moved away, or the older one may not resume
+    (run_dir / "checkpoint.pt").rename(final)
     before = set(run_dir.glob("events.out.tfevents.*"))
     evaluated, resumed = run_scripts([
-        (SCRIPT, ["--eval-checkpoint", run_dir / "checkpoint.pt", "--eval-episodes", 2, "--no-cuda"], tmp_path),
+        (SCRIPT, ["--eval-checkpoint", final, "--eval-episodes", 2, "--no-cuda"], tmp_path),
         (SCRIPT, ["--resume", crafted, "--no-cuda"], cwd),
     ])
     assert_ok(evaluated)
@@ -849,3 +851,17 @@ def test_evaluation_records_every_game_quietly(trained, tmp_path):
     assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(2)]
     assert f"videos of the 2 games in videos/{run_dir.name}/eval-at-step-512" in evaluated.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_older_checkpoint_may_not_resume_over_a_newer_one(trained, tmp_path, monkeypatch, capsys):
+    """A copy kept from an earlier step, resumed, would overwrite the run's newer checkpoint.pt: refused."""
+    result, cwd = trained["ale-vector"]
+    assert_ok(result)
+    run_dir = tmp_path / "runs" / only_run_dir(cwd).name
+    shutil.copytree(only_run_dir(cwd), run_dir)
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, 256
+    for older in (run_dir / "ckpt-early.pt", tmp_path / "elsewhere.pt"):  # in the run folder, or a copy resuming there
+        torch.save(ckpt, older)
+        error = fail_line(["--resume", older], tmp_path, monkeypatch, capsys)
+        assert "past the step 256 of" in error and "move it away" in error, error

@@ -109,6 +109,7 @@ def resumed_run(pendulum_run, tmp_path_factory):
     saved = _load(pendulum_run["ckpt"])
     back = dict(saved, iteration=2, global_step=512)
     torch.save(back, cwd / "back.pt")
+    (run_dir / "checkpoint.pt").rename(run_dir / "final.pt")  # else the older one may not resume over it
     result = run_script(SCRIPT, "--resume", cwd / "back.pt", "--save-model", cwd=cwd)
     _ok(result)
     return {"cwd": cwd, "result": result, "run_dir": run_dir, "saved": saved}
@@ -982,3 +983,18 @@ def test_evaluation_records_every_episode_quietly(pendulum_run, tmp_path):
     assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
     assert f"videos of the 3 episodes in videos/{name}/eval-at-step-1024" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["videos"]
+
+
+def test_older_checkpoint_may_not_resume_over_a_newer_one(pc, pendulum_run, tmp_path, monkeypatch, capsys):
+    """A copy kept from an earlier step, resumed, would overwrite the run's newer checkpoint.pt: refused."""
+    run_dir = _copy_runs(pendulum_run, tmp_path)
+    ckpt = _load(run_dir / "checkpoint.pt")
+    ckpt["iteration"], ckpt["global_step"] = 1, 256
+    for older in (run_dir / "ckpt-early.pt", tmp_path / "elsewhere.pt"):  # in the run folder, or a copy resuming there
+        torch.save(ckpt, older)
+        before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+        code, err, out = run_main_in_process(pc, ["--resume", older], tmp_path, monkeypatch, capsys)
+        assert code == 2 and out == "", out
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "past the step 256 of" in errors[0] and "move it away" in errors[0], err
+        assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before

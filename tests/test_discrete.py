@@ -554,6 +554,7 @@ def followups(base, runs, bad_cases, tmp_path_factory):
     ckpt["iteration"], ckpt["global_step"] = 1, BATCH
     crafted = cwd / "crafted.pt"
     torch.save(ckpt, crafted)
+    (run_dir / "checkpoint.pt").rename(run_dir / "final.pt")  # else the older one may not resume over it
     events_before = set(run_dir.glob("events.out.tfevents.*"))
     jobs["crafted_resume"] = ["--resume", crafted, "--save-model"]
 
@@ -755,6 +756,7 @@ def test_resumed_run_records_video_in_its_own_folder(tmp_path):
     ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
     ckpt["iteration"], ckpt["global_step"] = 1, 128  # set back, so the resumed run has iterations to do
     torch.save(ckpt, tmp_path / "set_back.pt")
+    (run_dir / "checkpoint.pt").rename(run_dir / "final.pt")  # else the older one may not resume over it
     second = run_script(SCRIPT, "--resume", tmp_path / "set_back.pt", "--capture-video", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert list((videos / "resumed-at-step-128").glob("*.mp4"))
@@ -960,3 +962,20 @@ def test_evaluation_records_every_episode_quietly(base, tmp_path):
     assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
     assert f"videos of the 3 episodes in videos/{base['run_dir'].name}" in result.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_older_checkpoint_may_not_resume_over_a_newer_one(base, tmp_path, monkeypatch, capsys):
+    """A copy kept from an earlier step, resumed, would overwrite the run's newer checkpoint.pt: refused."""
+    run_dir = tmp_path / "runs" / base["run_dir"].name
+    shutil.copytree(base["run_dir"], run_dir)
+    ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 1, BATCH
+    for older in (run_dir / "ckpt-early.pt", tmp_path / "elsewhere.pt"):  # in the run folder, or a copy resuming there
+        torch.save(ckpt, older)
+        before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+        code, err, out = run_main_in_process(["--resume", older], tmp_path, monkeypatch, capsys)
+        assert code == 2 and out == "", out
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"past the step {BATCH} of" in errors[0], err
+        assert "move it away" in errors[0]
+        assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
