@@ -20,6 +20,7 @@ with a checkpoint of the last whole iteration, and it prints the command that re
 """
 
 import contextlib
+import ctypes
 import math
 import os
 import re
@@ -838,6 +839,21 @@ class NoLogs:
         return lambda *args, **kwargs: None
 
 
+def keep_freed_memory_for_reuse():
+    """On the CPU each minibatch allocates tensors of up to ~30 MB. glibc maps blocks that big afresh and unmaps
+    them when freed, so the next minibatch faults them in again page by page: about 250 page faults per agent
+    step, ~10% of a run's CPU time spent in the kernel. Serving them from the heap (the mmap threshold raised to
+    its 32 MB maximum) and not trimming it keeps that memory for reuse. Same numbers, less time; other C
+    libraries than glibc are left as they are."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    libc.mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024)
+
+
 # ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
@@ -857,6 +873,7 @@ def main():
 
     if args.threads is not None:  # else torch's default: OMP_NUM_THREADS, or the CPUs this process may use
         torch.set_num_threads(args.threads)
+    keep_freed_memory_for_reuse()
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
