@@ -326,7 +326,13 @@ def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
             # Frames are drawn off-screen; without a display SDL (Pendulum draws with pygame) would otherwise
             # print a misleading "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-            env = gym_make_quietly(env_id, render_mode="rgb_array")
+            camera = {}
+            if "mujoco" in str(gym.spec(env_id).entry_point):
+                # gymnasium 1.4 renders MuJoCo envs from a free camera that stays where the episode began, so a
+                # walker leaves the picture within seconds; the models' own "track" camera follows the body.
+                # (A model without one falls back to that same free camera.)
+                camera = {"camera_name": "track"}
+            env = gym_make_quietly(env_id, render_mode="rgb_array", **camera)
             trigger = (lambda episode: True) if every_episode else None  # None: gymnasium's 0, 1, 8, 27, ...
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
         else:

@@ -998,3 +998,19 @@ def test_older_checkpoint_may_not_resume_over_a_newer_one(pc, pendulum_run, tmp_
         errors = [line for line in err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "past the step 256 of" in errors[0] and "move it away" in errors[0], err
         assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_videos_of_mujoco_envs_follow_the_body(pc, tmp_path):
+    """gymnasium's default free camera stays where the episode began; a walker's video uses its model's tracking
+    camera. Envs without one (or not MuJoCo, like Pendulum) are made as before."""
+    import mujoco
+
+    env = pc.make_env("Hopper-v5", 0, True, str(tmp_path / "hopper"))()
+    renderer = env.unwrapped.mujoco_renderer
+    assert renderer.camera_id == mujoco.mj_name2id(env.unwrapped.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0
+    env.close()
+    env = pc.make_env("Reacher-v5", 0, True, str(tmp_path / "reacher"))()  # no "track" camera: the free one
+    assert env.unwrapped.mujoco_renderer.camera_id == -1
+    env.close()
+    env = pc.make_env("Pendulum-v1", 0, True, str(tmp_path / "pendulum"))()
+    env.close()
