@@ -42,7 +42,9 @@ panel per env, one line per variant. A line is the mean over seeds of each run's
 that spans the range all its seeds cover (from the latest first episode to where the shortest seed stops),
 so a short variant is drawn however long the others are; the band is the 95% bootstrap confidence interval
 of that mean (none with 2 seeds or fewer).
-Wall time is measured from the moment the run opened its event file.
+Wall time is measured from the moment the run opened its event file. A resumed run has one event file per
+process that trained it; its wall time is the sum of their spans, so the time it spent stopped (waiting in a
+queue, between sessions) does not count, and each episode is placed on that running clock.
 """
 
 import argparse
@@ -194,7 +196,7 @@ class Run:
     times: np.ndarray  # seconds since the event file was opened, of each episode
     returns: np.ndarray
     total_steps: int  # last global step logged
-    wall_time: float  # seconds from the first to the last event
+    wall_time: float  # seconds of training: from the first to the last event of each process, summed
     sps: float = math.nan  # last charts/SPS value
     notes: list = field(default_factory=list)
 
@@ -233,6 +235,42 @@ def script_from_run(hparams, variant):
     if variant in {script for script, _ in SCRIPT_MARKERS}:
         return variant
     return None
+
+
+def process_spans(run_dir):
+    """(first, last) event time of each event file of a run, sorted: one per process that trained it (a run
+    resumed twice has three). The gaps between them are time the run was stopped."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    spans = []
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        times = [event.wall_time for event in EventFileLoader(str(path)).Load()]
+        if times:
+            spans.append((min(times), max(times)))
+    return sorted(spans)
+
+
+def training_clock(spans):
+    """A function mapping event times to seconds of training: the gaps between the processes' spans (and
+    any overlap) are left out."""
+    starts, offsets, ends, total = [], [], [], 0.0
+    for first, last in spans:
+        if ends and first < ends[-1]:  # overlapping spans count once
+            first = ends[-1]
+            last = max(last, first)
+        starts.append(first)
+        offsets.append(total)
+        ends.append(last)
+        total += last - first
+
+    starts, offsets, ends = np.array(starts), np.array(offsets), np.array(ends)
+
+    def clock(t):
+        t = np.asarray(t, dtype=float)
+        i = np.clip(np.searchsorted(starts, t, side="right") - 1, 0, len(starts) - 1)  # the span t falls in
+        return offsets[i] + np.clip(t - starts[i], 0, ends[i] - starts[i])
+
+    return clock, total
 
 
 def load_events(run_dir):
@@ -292,12 +330,17 @@ def find_runs(logdirs, default_script="runs", include_unfinished=False):
         if seed_dir is None:  # not in a sweep layout: the run's own record names its script
             script = script_from_run(hparams, variant) or default_script
         steps = np.array([e.step for e in episodes], dtype=np.int64)
+        spans = process_spans(run_dir)
+        if len(spans) > 1:  # resumed: count the time each process trained, not the time it was stopped
+            clock, wall_time = training_clock(spans)
+            times = clock([e.wall_time for e in episodes])
+        else:
+            times, wall_time = np.array([e.wall_time - first for e in episodes]), float(last - first)
         run = Run(
             path=run_dir, script=script, env=env, variant=variant, seed=seed, start=start, steps=steps,
-            times=np.array([e.wall_time - first for e in episodes]),
-            returns=np.array([e.value for e in episodes], dtype=float),
+            times=np.asarray(times, dtype=float), returns=np.array([e.value for e in episodes], dtype=float),
             total_steps=int(max(sps[-1].step if sps else 0, steps.max())),
-            wall_time=float(last - first), sps=float(sps[-1].value) if sps else math.nan,
+            wall_time=float(wall_time), sps=float(sps[-1].value) if sps else math.nan,
         )
         key = (script, env, variant, seed)
         if key in runs:

@@ -496,3 +496,18 @@ def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, 
         png = out_dir / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "NoSuchEnv" not in out  # failed runs wrote no events
+
+
+def test_compare_counts_the_training_time_of_a_resumed_run(tmp_path, monkeypatch):
+    """A run resumed an hour after it stopped has two event files; its wall time and its curve against time
+    count the seconds each process trained, not the hour in between."""
+    run_dir = tmp_path / "runs" / "CartPole-v1__default__1__100"
+    now = time.time()
+    write_run(run_dir, returns=range(10), steps=np.arange(1, 11) * 10)  # ~1 s of events
+    monkeypatch.setattr(time, "time", lambda: now + 3600)  # the resumed process, an hour later
+    write_run(run_dir, returns=range(10), steps=np.arange(11, 21) * 10)  # from 1.1 to 2 s after its start
+    monkeypatch.undo()
+    (run,) = compare.find_runs([tmp_path])
+    assert 2.9 < run.wall_time < 3.5, run.wall_time
+    assert np.all(np.diff(run.times) >= 0) and run.times[-1] <= run.wall_time
+    assert 1.0 <= run.times[10] - run.times[9] < 1.5  # the hour is left out; the second process's lead-in is not
