@@ -134,6 +134,9 @@ _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
+# ppo_atari.py's ale-py vector env takes 32-bit seeds.
+MAX_SEED = 2**30
 
 
 # ----------------------------------------------------------------------------------------------
@@ -378,8 +381,8 @@ def check_args(args):
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "threads"):
         need(name, getattr(args, name) >= 1, ">= 1")
-    for name in ("seed", "checkpoint_every"):
-        need(name, getattr(args, name) >= 0, ">= 0")
+    need("seed", 0 <= args.seed <= MAX_SEED, f"in [0, {MAX_SEED}]")
+    need("checkpoint_every", args.checkpoint_every >= 0, ">= 0")
     for name in ("checkpoint_minutes", "progress_interval", "ent_coef"):
         need(name, math.isfinite(getattr(args, name)) and getattr(args, name) >= 0, ">= 0")
     for name in ("learning_rate", "clip_coef", "vf_coef", "max_grad_norm"):

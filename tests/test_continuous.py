@@ -643,7 +643,8 @@ def range_cases(pendulum_run, tmp_path_factory):
         "negative_checkpoint_minutes": ([*PENDULUM, "--checkpoint-minutes", -5], ["--checkpoint-minutes"]),
         "negative_progress_interval": ([*PENDULUM, "--progress-interval", -1], ["--progress-interval"]),
         "zero_eval_episodes": ([*PENDULUM, "--eval-episodes", 0], ["--eval-episodes"]),
-        "negative_seed": ([*PENDULUM, "--seed", -1], ["--seed", ">= 0"]),
+        "negative_seed": ([*PENDULUM, "--seed", -1], ["--seed", "[0, "]),
+        "huge_seed": ([*PENDULUM, "--seed", 2**64], ["--seed", "[0, "]),
         # [cont-7] [cont-9] a clipping bound of 0 would zero every observation or reward
         "zero_clip_obs": ([*PENDULUM, "--clip-obs", 0], ["--clip-obs", "> 0"]),
         "negative_clip_reward": ([*PENDULUM, "--clip-reward", -10], ["--clip-reward", "> 0"]),
