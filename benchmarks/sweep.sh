@@ -331,7 +331,10 @@ for env in "${env_ids[@]}"; do
             [ "$dry_run" -eq 0 ] || echo "# resume from its checkpoint (--resume is added): $env seed $seed"
         fi
         launcher=("$python_abs")  # torchrun is `python -m torch.distributed.run`, of the same interpreter
-        [ "$nproc" -eq 1 ] || launcher+=(-m torch.distributed.run --standalone --nproc-per-node "$nproc")
+        # After a stop signal torchrun kills its workers if they have not exited within --shutdown-timeout
+        # (default 30 s): give them time to finish the update under way and write their checkpoint.
+        [ "$nproc" -eq 1 ] ||
+            launcher+=(-m torch.distributed.run --standalone --nproc-per-node "$nproc" --shutdown-timeout 300)
         cmd=("${launcher[@]}" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
             --save-model --checkpoint-minutes "$checkpoint_minutes" ${extra[@]+"${extra[@]}"})
         todo_dirs+=("$dir")

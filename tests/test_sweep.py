@@ -170,8 +170,9 @@ def test_sweep_starts_runs_under_torchrun(tmp_path):
     r = sweep("-s", atari, "-e", "BreakoutNoFrameskip-v4", "--seeds", "1", "-o", tmp_path, "--dry-run",
               "--nproc-per-node", "2", "--", "--no-cuda")
     assert r.returncode == 0, r.stderr
-    assert f"python -m torch.distributed.run --standalone --nproc-per-node 2 {atari} --env-id " \
-           "BreakoutNoFrameskip-v4" in r.stdout.replace(sys.executable, "python")
+    # torchrun's workers get 300 s, not its default 30, to finish an update and checkpoint after a stop signal
+    launch = "python -m torch.distributed.run --standalone --nproc-per-node 2 --shutdown-timeout 300"
+    assert f"{launch} {atari} --env-id BreakoutNoFrameskip-v4" in r.stdout.replace(sys.executable, "python")
     r = sweep("-s", atari, "-e", "BreakoutNoFrameskip-v4", "--seeds", "1", "-o", tmp_path, "--dry-run",
               "--nproc-per-node", "2", "--slurm", "--slurm-cpus", "2")
     assert r.returncode == 0 and "torch.distributed.run --standalone --nproc-per-node 2" in r.stdout, r.stderr
