@@ -770,6 +770,12 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
 def init_distributed(device):
     if WORLD_SIZE == 1:
         return
+    # torchrun starts its workers in a session of their own, so when torchrun itself is killed outright (SIGKILL,
+    # out of memory) nothing stops them and they train on, orphaned. Ask Linux to send each worker SIGTERM when
+    # its parent dies: it then stops like any run told to stop, with a checkpoint.
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if device.type == "cuda":
         # NCCL collectives (all_gather_object too) run on the current device: make it this process's own GPU.
         torch.cuda.set_device(device)

@@ -197,3 +197,30 @@ def test_evaluation_under_torchrun_with_any_process_count(two_process_run, tmp_p
     three = torchrun(SCRIPT, "--eval-checkpoint", ckpt, "--eval-episodes", 1, "--no-cuda", cwd=tmp_path, nproc=3)
     ok(three)
     assert len([line for line in three.stdout.splitlines() if "over 1 games" in line]) == 1, three.stdout
+
+
+def test_workers_stop_with_a_checkpoint_when_torchrun_is_killed(tmp_path):
+    """torchrun killed outright (SIGKILL, as the out-of-memory killer does) leaves no orphans training on: its
+    workers are told to stop by the kernel, and stop as on any signal, with one checkpoint."""
+    proc = torchrun(SCRIPT, *TINY, "--total-timesteps", 1_000_000, cwd=tmp_path, popen=True)
+    try:
+        for line in proc.stdout:  # wait until training is under way (the handlers are in place)
+            if line.startswith("step "):
+                break
+        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                      text=True).stdout.split()]
+        assert len(workers) == 2, workers
+        proc.kill()
+        out, err = proc.communicate(timeout=120)  # the pipes close when the workers have exited too
+        deadline = time.time() + 60
+        while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "workers still running"
+    finally:
+        for pid in workers if "workers" in locals() else []:
+            subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    stop_lines = [line for line in out.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stop_lines) == 1, out + err
+    step = int(re.search(r"at step (\d+)", stop_lines[0])[1])
+    ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == step and step % BATCH == 0
