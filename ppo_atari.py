@@ -851,12 +851,12 @@ def keep_freed_memory_for_reuse():
     its 32 MB maximum) and not trimming it keeps that memory for reuse. Same numbers, less time; other C
     libraries than glibc are left as they are."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # no such library, or one without mallopt (musl)
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    libc.mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
-    libc.mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024)
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024)
 
 
 # ----------------------------------------------------------------------------------------------
