@@ -511,3 +511,20 @@ def test_compare_counts_the_training_time_of_a_resumed_run(tmp_path, monkeypatch
     assert 2.9 < run.wall_time < 3.5, run.wall_time
     assert np.all(np.diff(run.times) >= 0) and run.times[-1] <= run.wall_time
     assert 1.0 <= run.times[10] - run.times[9] < 1.5  # the hour is left out; the second process's lead-in is not
+
+
+def test_clip_gif_makes_a_small_gif_or_refuses(tmp_path):
+    spec = importlib.util.spec_from_file_location("clip_gif", REPO / "benchmarks" / "clip_gif.py")
+    clip_gif = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clip_gif)
+    from moviepy import ImageSequenceClip
+    from PIL import Image
+
+    frames = [np.full((60, 80, 3), 10 * i, dtype=np.uint8) for i in range(25)]  # 1 s at 25 fps, 80x60
+    ImageSequenceClip(frames, fps=25).write_videofile(str(tmp_path / "in.mp4"), logger=None)
+    clip_gif.main([str(tmp_path / "in.mp4"), str(tmp_path / "out.gif"), "--fps", "10", "--width", "40"])
+    gif = Image.open(tmp_path / "out.gif")
+    assert gif.size == (40, 30) and gif.n_frames == 10
+    with pytest.raises(SystemExit, match="--max-kb 1"):
+        clip_gif.main([str(tmp_path / "in.mp4"), str(tmp_path / "big.gif"), "--max-kb", "1"])
+    assert not (tmp_path / "big.gif").exists()
