@@ -154,14 +154,19 @@ def test_checkpoints_resume_across_world_sizes(two_process_run, tmp_path):
     assert [s for s, _ in read_scalars(run_dir)["charts/SPS"]] == [192, 256]
 
 
+def workers_training(proc):
+    """The pids of torchrun's worker processes, once training is under way (their signal handlers are in place)."""
+    for line in proc.stdout:
+        if line.startswith("step "):
+            break
+    return [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                               text=True).stdout.split()]
+
+
 def test_a_signal_to_one_process_stops_every_process_with_one_checkpoint(tmp_path):
     proc = torchrun(SCRIPT, *TINY, "--total-timesteps", 1_000_000, cwd=tmp_path, popen=True)
     try:
-        for line in proc.stdout:  # wait until training is under way (the handlers are in place)
-            if line.startswith("step "):
-                break
-        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                      text=True).stdout.split()]
+        workers = workers_training(proc)
         assert len(workers) == 2, workers  # torchrun's own children
         # Only the worker started last (rank 1) gets the signal, as when one node's job step is signalled.
         subprocess.run(["kill", "-TERM", str(max(workers))], check=True)
@@ -204,11 +209,7 @@ def test_workers_stop_with_a_checkpoint_when_torchrun_is_killed(tmp_path):
     workers are told to stop by the kernel, and stop as on any signal, with one checkpoint."""
     proc = torchrun(SCRIPT, *TINY, "--total-timesteps", 1_000_000, cwd=tmp_path, popen=True)
     try:
-        for line in proc.stdout:  # wait until training is under way (the handlers are in place)
-            if line.startswith("step "):
-                break
-        workers = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                      text=True).stdout.split()]
+        workers = workers_training(proc)
         assert len(workers) == 2, workers
         proc.kill()
         out, err = proc.communicate(timeout=120)  # the pipes close when the workers have exited too
