@@ -67,6 +67,9 @@ class Args:
     """torch CPU threads; default: torch's own, which follows OMP_NUM_THREADS and the CPUs this process may use.
     On 2 cores 2 threads ran 519 steps/s, 1 thread 378.
     A sweep runs one thread per run: benchmarks/sweep.sh sets OMP_NUM_THREADS=1"""
+    async_envs: bool = False
+    """step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of
+    one after another in this process: the same games and the same run, using the cores the network leaves idle"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -433,7 +436,10 @@ class Agent(nn.Module):
 
     def features(self, obs):
         # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
-        return self.network((obs.float() / 255.0).contiguous(memory_format=torch.channels_last))
+        # float() keeps obs's memory layout: the rollout's channels-last bytes become channels-last
+        # floats in one pass, and contiguous() is then free (a separate reorder cost ~30% of an update).
+        pixels = obs.float().div_(255.0)
+        return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
     def get_value(self, obs):
         return self.critic(self.features(obs)).squeeze(-1)
@@ -527,6 +533,9 @@ def check_args(args):
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
+    if args.async_envs and args.env_path != "wrappers":
+        fail("--async-envs steps the wrappers' envs in worker processes; ale-vector has its own threads: "
+             "use one of them")
     # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
     if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
         fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
@@ -637,14 +646,17 @@ class StopSignals:
     runs the handler in the main thread whichever thread the signal lands on (ale-vector steps games in C++
     threads), as soon as the current env step returns. Slurm signals every process of a job, so repeats are
     ignored while the stop is under way; a second Ctrl-C is a person who will not wait, and exits at once
-    (the last checkpoint on disk stays intact)."""
+    (the last checkpoint on disk stays intact). --async-envs workers, forked after this, inherit the handler
+    and ignore the signals: this process stops them when it has written its checkpoint."""
 
     def __init__(self):
-        self.signum = None
+        self.signum, self.pid = None, os.getpid()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame):
+        if os.getpid() != self.pid:
+            return  # an env worker
         if self.signum is None:
             self.signum = signum
         elif signum == signal.SIGINT:
@@ -939,16 +951,19 @@ def main():
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
+    stop = StopSignals()  # before the envs, whose --async-envs workers inherit it
     # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
     # first observation of the next one, and the true last observation in info["final_obs"].
     if args.env_path == "ale-vector":
         envs = make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
     else:
-        envs = gym.vector.SyncVectorEnv(
-            [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-             for i in range(first_env, first_env + num_envs)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
+        env_fns = [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
+                   for i in range(first_env, first_env + num_envs)]
+        if args.async_envs:  # forked workers inherit StopSignals, which leaves stopping them to this process
+            envs = gym.vector.AsyncVectorEnv(env_fns, context="fork",
+                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        else:
+            envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
 
     agent = Agent(n_actions).to(device)
@@ -981,8 +996,11 @@ def main():
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
-    # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB).
-    obs = torch.zeros((args.num_steps, num_envs) + obs_shape, dtype=torch.uint8, device=device)
+    # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB),
+    # laid out channels-last (frames innermost) as the network wants them; indexed as (step, env, frame, y, x).
+    frames, height, width = obs_shape
+    obs = torch.zeros((args.num_steps, num_envs, height, width, frames), dtype=torch.uint8, device=device)
+    obs = obs.permute(0, 1, 4, 2, 3)
     actions = torch.zeros((args.num_steps, num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, num_envs), device=device)
     rewards = torch.zeros((args.num_steps, num_envs), device=device)
@@ -995,7 +1013,7 @@ def main():
     recent_returns = deque(maxlen=100)
     progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * batch_size, global_step)
     announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
-    stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
+    last_saved_at, completed = time.time(), start_iteration - 1
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.

@@ -210,6 +210,17 @@ def test_network_sees_pixels_scaled_to_0_1_and_rollouts_store_uint8():  # [atari
     assert agent.actor.in_features == agent.critic.in_features == 512
 
 
+def test_rollout_bytes_stored_channels_last_give_the_same_network_outputs():
+    """The rollout stores frames innermost, the layout the convolutions run in; the values seen are the same."""
+    torch.manual_seed(0)
+    agent = pa.Agent(4)
+    obs = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    frames_innermost = obs.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        assert torch.equal(agent.features(obs), agent.features(frames_innermost))
+        assert torch.equal(agent.features(obs[[4, 1]]), agent.features(frames_innermost[[4, 1]]))
+
+
 # ----------------------------------------------------------------------------------------------
 # The game score: charts/episodic_return is a whole game, all lives, unclipped
 # ----------------------------------------------------------------------------------------------
@@ -359,7 +370,7 @@ def trained(tmp_path_factory):
     results = run_scripts([
         (SCRIPT, [*TINY, "--save-model", "--capture-video"], cwds[0]),
         (SCRIPT, [*TINY, "--save-model", "--env-path", "ale-vector"], cwds[1]),
-        (SCRIPT, TINY, cwds[2]),  # the first run again, without video
+        (SCRIPT, [*TINY, "--async-envs"], cwds[2]),  # the first run again: envs in workers, without video
         (SCRIPT, [*TINY, "--save-model", "--env-id", "ALE/Breakout-v5"], cwds[3]),
     ])
     return dict(zip(["wrappers", "ale-vector", "repeat", "v5"], zip(results, cwds)))
@@ -392,7 +403,7 @@ def test_tiny_run_logs_the_tags_and_saves_a_checkpoint(trained, path):
         assert videos and all(v.stat().st_size > 0 for v in videos)
 
 
-def test_same_seed_same_curve_and_video_changes_nothing(trained):
+def test_same_seed_same_curve_and_video_and_async_envs_change_nothing(trained):
     (first, cwd), (again, cwd_again) = trained["wrappers"], trained["repeat"]
     assert_ok(first)
     assert_ok(again)
@@ -446,6 +457,7 @@ def test_evaluate_and_resume(trained, tmp_path):
     (["--env-id", "Breakout-ramNoFrameskip-v4"], ["ram"]),
     (["--num-envs", 3, "--num-steps", 5, "--num-minibatches", 4], ["minibatch"]),
     (["--capture-video", "--env-path", "ale-vector"], ["--env-path wrappers"]),
+    (["--async-envs", "--env-path", "ale-vector"], ["--async-envs", "ale-vector"]),
     # Every numeric setting range-checked before any work, with the flag and its range in the message.
     (["--gamma", 1.5], ["--gamma 1.5 is out of range: it must be in [0, 1]"]),
     (["--gae-lambda", -0.1], ["--gae-lambda", "[0, 1]"]),
@@ -769,20 +781,27 @@ def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_sig
     assert exits == [130]
 
 
-@pytest.mark.parametrize("path, sig", [("wrappers", signal.SIGTERM), ("ale-vector", signal.SIGINT)],
-                         ids=["wrappers-SIGTERM", "ale-vector-SIGINT"])
+@pytest.mark.parametrize("path, sig", [("wrappers", signal.SIGTERM), ("ale-vector", signal.SIGINT),
+                                       ("async-envs", signal.SIGINT)],
+                         ids=["wrappers-SIGTERM", "ale-vector-SIGINT", "async-envs-SIGINT-to-the-group"])
 def test_signal_to_a_real_process(path, sig, tmp_path):
     """The whole path through a real process, its output in a pipe: progress lines, then a clean stop. On
-    ale-vector the games run in C++ threads: the signal must still reach the handler, and the env close."""
+    ale-vector the games run in C++ threads: the signal must still reach the handler, and the env close.
+    With --async-envs, Ctrl-C reaches the env workers too (the terminal signals the whole process group):
+    they must keep serving until the training process has its checkpoint."""
+    env_flags = ["--async-envs"] if path == "async-envs" else ["--env-path", path]
     cmd = [sys.executable, str(REPO_ROOT / f"{SCRIPT}.py"), "--total-timesteps", 1_000_000, "--num-envs", 2,
-           "--num-steps", 32, "--progress-interval", 0, "--no-cuda", "--env-path", path]
+           "--num-steps", 32, "--progress-interval", 0, "--no-cuda", *env_flags]
     proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = proc.stdout.readline()  # the start line
         assert first.startswith(f"{SCRIPT}: {BREAKOUT}"), first + proc.stderr.read()
         assert proc.stdout.readline().startswith("step 64/")  # training: the handlers are in place
-        proc.send_signal(sig)
+        if path == "async-envs":
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
