@@ -394,6 +394,23 @@ def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
     ))
 
 
+def die_with_parent(sig):
+    """Ask Linux to send this process `sig` when its parent process dies (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, sig)
+
+
+def in_env_worker(make_one_env):
+    """--async-envs workers build their env through this: if the training process is killed outright
+    (SIGKILL, out of memory), its workers go with it at once and quietly; they hold nothing to save."""
+    def thunk():
+        die_with_parent(signal.SIGKILL)
+        return make_one_env()
+
+    return thunk
+
+
 def finished_games(info):
     """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
     the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
@@ -787,9 +804,7 @@ def init_distributed(device):
     # torchrun starts its workers in a session of their own, so when torchrun itself is killed outright (SIGKILL,
     # out of memory) nothing stops them and they train on, orphaned. Ask Linux to send each worker SIGTERM when
     # its parent dies: it then stops like any run told to stop, with a checkpoint.
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent(signal.SIGTERM)
     if device.type == "cuda":
         # NCCL collectives (all_gather_object too) run on the current device: make it this process's own GPU.
         torch.cuda.set_device(device)
@@ -960,7 +975,7 @@ def main():
         env_fns = [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
                    for i in range(first_env, first_env + num_envs)]
         if args.async_envs:  # forked workers inherit StopSignals, which leaves stopping them to this process
-            envs = gym.vector.AsyncVectorEnv(env_fns, context="fork",
+            envs = gym.vector.AsyncVectorEnv([in_env_worker(fn) for fn in env_fns], context="fork",
                                              autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         else:
             envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

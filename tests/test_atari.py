@@ -12,6 +12,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import cv2
 import gymnasium as gym
@@ -812,6 +814,36 @@ def test_signal_to_a_real_process(path, sig, tmp_path):
     step = int(re.search(r"at step (\d+)", stop[0])[1])
     ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == step and step % 64 == 0 and 64 <= step < 1_000_000
+
+
+def test_async_env_workers_go_quietly_with_a_killed_trainer(tmp_path):
+    """SIGKILL (a dead node, the OOM killer) to the training process: no worker is left behind, none complains."""
+    cmd = [sys.executable, str(REPO_ROOT / f"{SCRIPT}.py"), "--total-timesteps", 1_000_000, "--num-envs", 2,
+           "--num-steps", 32, "--progress-interval", 0, "--no-cuda", "--async-envs"]
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith(f"{SCRIPT}: {BREAKOUT}")
+        assert proc.stdout.readline().startswith("step 64/")
+        workers = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        assert len(workers) == 2
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    def running(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    for _ in range(100):
+        if not any(running(w) for w in workers):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"env workers {workers} outlived the trainer")
+    assert err == ""
 
 
 def test_evaluation_videos_are_the_whole_games_played(tmp_path, monkeypatch):
