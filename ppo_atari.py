@@ -108,7 +108,7 @@ class Args:
     env_path: Literal["wrappers", "ale-vector"] = "wrappers"
     """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
     vector env configured with the same details (faster stepping, no faster on a CPU; it learned less on
-    Breakout, 2 seeds: see make_ale_vector_env)"""
+    Breakout, 3 seeds: see make_ale_vector_env)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
     0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
@@ -376,8 +376,8 @@ def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
     fresh frame stack follows a lost life, and a reset presses FIRE for one frame only. In a game that needs
     FIRE to go on (Breakout) a policy that stops pressing it would stall until the 108k-frame cap. Also, a new
     game's stack is padded with zeros, and its no-op start draws 0..29 no-ops where NoopReset draws 1..30.
-    Measured on Breakout, 500k steps, seeds 1-2 (benchmarks/results/atari): 11.28 +- 2.68 against the
-    wrappers' 14.36 +- 0.63, no game stalled, and no faster on a CPU. So: publish from the wrappers, and use
+    Measured on Breakout, 500k steps, seeds 1-3 (benchmarks/results/atari): 11.85 +- 2.33 against the
+    wrappers' 14.21 +- 0.56, no game stalled, and no faster on a CPU. So: publish from the wrappers, and use
     this path for speed only where stepping games is the bottleneck, not for FIRE games until shown equal."""
     spec = gym.spec(env_id)
     return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
