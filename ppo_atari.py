@@ -69,7 +69,8 @@ class Args:
     A sweep runs one thread per run: benchmarks/sweep.sh sets OMP_NUM_THREADS=1"""
     async_envs: bool = False
     """step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of
-    one after another in this process: the same games and the same run, using the cores the network leaves idle"""
+    one after another in this process: the same games, the same run. For machines with cores to spare beside
+    the network (a GPU run); on 2 CPU cores it was slower (benchmarks/results/throughput)"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
