@@ -19,9 +19,11 @@ with a checkpoint of the last whole iteration, and it prints the command that re
     python ppo_atari.py --help
 """
 
+import atexit
 import contextlib
 import ctypes
 import math
+import multiprocessing
 import os
 import re
 import signal
@@ -402,14 +404,31 @@ def die_with_parent(sig):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, sig)
 
 
-def in_env_worker(make_one_env):
-    """--async-envs workers build their env through this: if the training process is killed outright
-    (SIGKILL, out of memory), its workers go with it at once and quietly; they hold nothing to save."""
+def in_env_worker(env_id, idx, capture_video, video_dir, repeat_action_probability):
+    """--async-envs: env idx as a worker process builds it. If the training process is killed outright (SIGKILL,
+    out of memory), its workers go with it at once and quietly; they hold nothing to save. gymnasium also builds
+    env 0 once in the training process itself, only to read its spaces: that copy neither records video (it
+    would claim the video folder) nor ties the trainer's life to its own parent's."""
+    trainer = os.getpid()
+
     def thunk():
+        if os.getpid() == trainer:
+            return make_env(env_id, idx, False, None, repeat_action_probability)()
         die_with_parent(signal.SIGKILL)
-        return make_one_env()
+        if os.getppid() != trainer:  # the trainer died before the line above took effect
+            os._exit(0)
+        return make_env(env_id, idx, capture_video, video_dir, repeat_action_probability)()
 
     return thunk
+
+
+def kill_env_workers(envs):
+    """The workers ignore stop signals (see StopSignals), so multiprocessing's exit-time terminate() cannot end
+    them: after an uncaught error the trainer would wait on them for ever. Registered with atexit, this runs
+    first. After a normal close() it finds them gone."""
+    for process in envs.processes:
+        if process.is_alive():
+            process.kill()
 
 
 def finished_games(info):
@@ -454,9 +473,10 @@ class Agent(nn.Module):
 
     def features(self, obs):
         # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
-        # float() keeps obs's memory layout: the rollout's channels-last bytes become channels-last
-        # floats in one pass, and contiguous() is then free (a separate reorder cost ~30% of an update).
-        pixels = obs.float().div_(255.0)
+        # The copy keeps obs's memory layout: the rollout's channels-last bytes become channels-last floats
+        # in one pass, divided in place, and contiguous() is then free (a separate reorder cost ~30% of an
+        # update). copy=True: the division must never land on a caller's tensor.
+        pixels = obs.to(torch.float32, copy=True).div_(255.0)
         return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
     def get_value(self, obs):
@@ -552,8 +572,10 @@ def check_args(args):
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
     if args.async_envs and args.env_path != "wrappers":
-        fail("--async-envs steps the wrappers' envs in worker processes; ale-vector has its own threads: "
-             "use one of them")
+        fail(f"--async-envs steps the wrappers' envs in worker processes, but this run's --env-path is ale-vector"
+             f"{' (from its checkpoint)' if args.resume else ''}, which has threads of its own: drop --async-envs")
+    if args.async_envs and "fork" not in multiprocessing.get_all_start_methods():
+        fail("--async-envs forks its env workers, and this platform cannot fork: drop --async-envs")
     # Evaluation always plays through the wrappers, so it can record whichever path trained the policy.
     if args.capture_video and args.env_path != "wrappers" and not args.eval_checkpoint:
         fail("--capture-video records env 0 through the wrappers: use it with --env-path wrappers")
@@ -665,7 +687,8 @@ class StopSignals:
     threads), as soon as the current env step returns. Slurm signals every process of a job, so repeats are
     ignored while the stop is under way; a second Ctrl-C is a person who will not wait, and exits at once
     (the last checkpoint on disk stays intact). --async-envs workers, forked after this, inherit the handler
-    and ignore the signals: this process stops them when it has written its checkpoint."""
+    and ignore the signals, so that a signal to the whole process group cannot cut a step short: this process
+    closes them after its checkpoint, or kills them (kill_env_workers) if it ends otherwise."""
 
     def __init__(self):
         self.signum, self.pid = None, os.getpid()
@@ -958,7 +981,6 @@ def main():
 
     # [aux-2] Under torchrun, this process steps envs first_env .. first_env + num_envs - 1 of the run's
     # --num-envs, and trains on its share of every batch and minibatch.
-    init_distributed(device)
     num_envs, first_env = args.num_envs // WORLD_SIZE, RANK * (args.num_envs // WORLD_SIZE)
     local_batch_size, local_minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
 
@@ -973,13 +995,16 @@ def main():
     if args.env_path == "ale-vector":
         envs = make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
     else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-                   for i in range(first_env, first_env + num_envs)]
+        env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
+                    for i in range(first_env, first_env + num_envs)]
         if args.async_envs:  # forked workers inherit StopSignals, which leaves stopping them to this process
-            envs = gym.vector.AsyncVectorEnv([in_env_worker(fn) for fn in env_fns], context="fork",
+            envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
                                              autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            atexit.register(kill_env_workers, envs)
         else:
-            envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            envs = gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
+                                            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    init_distributed(device)  # [aux-2] after the envs: --async-envs forks before the process group has threads
     obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
 
     agent = Agent(n_actions).to(device)

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import ctypes
 import subprocess
 import sys
 import time
@@ -368,14 +369,50 @@ def test_v5_ids_skip_4_frames_once_and_keep_sticky_actions(path):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    cwds = [tmp_path_factory.mktemp(name) for name in ("wrappers", "ale_vector", "repeat", "v5")]
+    cwds = [tmp_path_factory.mktemp(name) for name in ("wrappers", "ale_vector", "repeat", "v5", "async_video")]
     results = run_scripts([
         (SCRIPT, [*TINY, "--save-model", "--capture-video"], cwds[0]),
         (SCRIPT, [*TINY, "--save-model", "--env-path", "ale-vector"], cwds[1]),
         (SCRIPT, [*TINY, "--async-envs"], cwds[2]),  # the first run again: envs in workers, without video
         (SCRIPT, [*TINY, "--save-model", "--env-id", "ALE/Breakout-v5"], cwds[3]),
+        (SCRIPT, [*TINY, "--async-envs", "--capture-video"], cwds[4]),
     ])
-    return dict(zip(["wrappers", "ale-vector", "repeat", "v5"], zip(results, cwds)))
+    return dict(zip(["wrappers", "ale-vector", "repeat", "v5", "async-video"], zip(results, cwds)))
+
+
+def test_async_envs_record_env_0_from_its_worker_quietly(trained):
+    result, cwd = trained["async-video"]
+    assert_ok(result)
+    assert result.stderr == ""  # no "Overwriting existing videos": only worker 0 records
+    videos = list((cwd / "videos" / only_run_dir(cwd).name).glob("*.mp4"))
+    assert videos and all(v.stat().st_size > 0 for v in videos)
+
+
+def test_async_env_built_in_the_trainer_neither_records_nor_ties_the_trainer_to_its_parent(tmp_path):
+    """gymnasium builds env 0 once in the training process to read its spaces: that copy must not claim the
+    video folder, nor set the worker's die-with-parent signal on the trainer."""
+    libc, PR_GET_PDEATHSIG = ctypes.CDLL(None), 2
+    before, after = ctypes.c_int(), ctypes.c_int()
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(before))
+    env = pa.in_env_worker(BREAKOUT, 0, True, str(tmp_path / "videos"), 0.0)()
+    env.close()
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(after))
+    assert after.value == before.value != signal.SIGKILL
+    assert not (tmp_path / "videos").exists()
+
+
+def test_an_error_with_async_envs_ends_the_run_instead_of_hanging(tmp_path):
+    """The workers ignore stop signals; an uncaught error in the trainer must still end the process (its
+    workers killed at exit), not leave it waiting on them."""
+    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); from conftest import load_script\n"
+            f"pa = load_script({SCRIPT!r})\n"
+            "def broken(*args, **kwargs): raise RuntimeError('injected failure')\n"
+            "pa.compute_gae = broken\n"
+            f"sys.argv = [{SCRIPT!r}, *{list(map(str, TINY))!r}, '--async-envs']\n"
+            "pa.main()\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=script_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "RuntimeError: injected failure" in result.stderr, result.stderr
 
 
 def test_v5_run_records_its_sticky_actions(trained):
@@ -801,7 +838,12 @@ def test_signal_to_a_real_process(path, sig, tmp_path):
         assert first.startswith(f"{SCRIPT}: {BREAKOUT}"), first + proc.stderr.read()
         assert proc.stdout.readline().startswith("step 64/")  # training: the handlers are in place
         if path == "async-envs":
-            os.killpg(proc.pid, sig)
+            # A worker told twice to stop ignores it (a second Ctrl-C would end a trainer at once) ...
+            for worker in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+                os.kill(int(worker), signal.SIGINT)
+                os.kill(int(worker), signal.SIGINT)
+            time.sleep(1)
+            os.killpg(proc.pid, sig)  # ... and the terminal's Ctrl-C to the whole group stops the run cleanly
         else:
             proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
