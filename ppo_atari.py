@@ -431,6 +431,24 @@ def kill_env_workers(envs):
             process.kill()
 
 
+def make_training_envs(args, num_envs, first_env, video_dir):
+    """Envs first_env .. first_env + num_envs - 1 of the run, on the path --env-path and --async-envs choose.
+    [core-1] SAME_STEP autoreset: the step that ends an episode returns the first observation of the next one,
+    and the true last observation in info["final_obs"]."""
+    if args.env_path == "ale-vector":
+        return make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
+    env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
+                for i in range(first_env, first_env + num_envs)]
+    if not args.async_envs:
+        return gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    # Forked workers inherit StopSignals (installed before this), which leaves stopping them to this process.
+    envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    atexit.register(kill_env_workers, envs)
+    return envs
+
+
 def finished_games(info):
     """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
     the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
@@ -990,20 +1008,8 @@ def main():
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     stop = StopSignals()  # before the envs, whose --async-envs workers inherit it
-    # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
-    # first observation of the next one, and the true last observation in info["final_obs"].
-    if args.env_path == "ale-vector":
-        envs = make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
-    else:
-        env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-                    for i in range(first_env, first_env + num_envs)]
-        if args.async_envs:  # forked workers inherit StopSignals, which leaves stopping them to this process
-            envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
-                                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-            atexit.register(kill_env_workers, envs)
-        else:
-            envs = gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
-                                            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    # [core-1] N envs stepped together (this process's share of them under torchrun).
+    envs = make_training_envs(args, num_envs, first_env, video_dir)
     init_distributed(device)  # [aux-2] after the envs: --async-envs forks before the process group has threads
     obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
 
