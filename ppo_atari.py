@@ -92,9 +92,10 @@ class Args:
     save_model: bool = False
     """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
     checkpoint_every: int = 0
-    """also write it every N iterations (0: never)"""
+    """also write it every N iterations, and at the end (0: never)"""
     checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time (0: never); on a cluster, a kill then costs at most M minutes"""
+    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
+    most M minutes"""
     resume: Optional[str] = None
     """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
     come from the checkpoint)"""
@@ -292,8 +293,9 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """[atari-4] Press FIRE (then action 2, as baselines does) after every reset, including the one after a lost life: in games like
-    Breakout nothing happens until FIRE, and a random policy would waste most of its steps finding it."""
+    """[atari-4] Press FIRE (then action 2, as baselines does) after every reset, including the one after a lost
+    life: in games like Breakout nothing happens until FIRE, and a random policy would waste most of its steps
+    finding it."""
 
     def reset(self, **kwargs):
         self.env.reset(**kwargs)
@@ -553,7 +555,7 @@ def flags_given():
     return names | {n[3:] for n in names if n.startswith("no_")}
 
 
-def check_args(args):
+def check_args(args, merged=False):
     """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
     def need(name, ok, allowed):
         if not ok:
@@ -581,14 +583,17 @@ def check_args(args):
              "(not empty, no '/', no '__', which separates the fields of a run name)")
     if args.eval_checkpoint and args.resume:
         fail("--eval-checkpoint evaluates and --resume trains: give one of them")
+    # Resuming, the checkpoint's settings fill in what the command line leaves out, so these checks of settings
+    # together wait for them (merge_resumed_args checks again, merged); evaluation does not use them.
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
-             "choose --num-minibatches that divides it")
-    if args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
+    if merged or not (args.resume or args.eval_checkpoint):
+        if batch_size % args.num_minibatches:
+            fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
+                 "choose --num-minibatches that divides it")
+        if args.total_timesteps < batch_size:
+            fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+        if args.norm_adv and batch_size // args.num_minibatches < 2:
+            fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
     if args.async_envs and args.env_path != "wrappers":
         fail(f"--async-envs steps the wrappers' envs in worker processes, but this run's --env-path is ale-vector"
              f"{' (from its checkpoint)' if args.resume else ''}, which has threads of its own: drop --async-envs")
@@ -644,7 +649,16 @@ def merge_resumed_args(args, ckpt):
     for name in CHECKPOINT_SETTINGS:
         if name not in given and name in ckpt["args"]:
             setattr(args, name, ckpt["args"][name])
-    check_args(args)  # the merged settings, as they will run
+    check_args(args, merged=True)  # the merged settings, as they will run
+
+
+def unused_folder(path):
+    """path, or path-2, path-3, ... where that exists: videos are never recorded over earlier ones."""
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{path}-{n}"
+    return candidate
 
 
 def resumed_run_dir(checkpoint_path, ckpt):
@@ -667,7 +681,7 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done. [aux-2] One run, one
@@ -679,8 +693,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "rng": rng,
     }
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -688,6 +701,14 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def rng_states():
+    """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
+    drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
+    uninterrupted one would from that iteration, wherever in the next one the signal came."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def checkpoint_due(args, iteration, last_saved_at):
@@ -795,8 +816,9 @@ def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
         return
     mean_score = f"{np.mean(recent_scores):.2f}" if recent_scores else "- (no game ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
+    window = "last 100 since resuming" if progress.start_step else "last 100"  # compare.py reads the whole run
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
-          f"({progress.steps_per_second(global_step)} steps/s); score(last 100) {mean_score}; "
+          f"({progress.steps_per_second(global_step)} steps/s); score({window}) {mean_score}; "
           f"logs in {run_dir}{saved}", flush=True)
 
 
@@ -964,11 +986,13 @@ def main():
         n_actions = ckpt["model"]["actor.weight"].shape[0]
         agent = Agent(n_actions).to(device)
         agent.load_state_dict(ckpt["model"])
-        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}" if args.capture_video else None
+        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
+        video_dir = unused_folder(video_dir) if args.capture_video else None
         scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
                           args.repeat_action_probability, video_dir)
         mode = "greedy" if args.eval_greedy else "sampled"
-        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode})")
+        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
+              f"of the policy at step {ckpt['global_step']}")
         if video_dir:
             print(f"videos of the {len(scores)} games in {video_dir}")
         return
@@ -988,7 +1012,7 @@ def main():
                       f"nothing to train. To train longer, start a new run with a larger --total-timesteps.")
             return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
-        video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
+        video_dir = unused_folder(f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}")
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join("runs", run_name)
@@ -1060,7 +1084,7 @@ def main():
     recent_returns = deque(maxlen=100)
     progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * batch_size, global_step)
     announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
-    last_saved_at, completed = time.time(), start_iteration - 1
+    last_saved_at, completed, rng = time.time(), start_iteration - 1, rng_states()
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -1153,7 +1177,7 @@ def main():
         check_in_sync(agent, global_step)
 
         # --- log ---
-        completed = iteration
+        completed, rng = iteration, rng_states()  # what a checkpoint of this iteration holds
         sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
@@ -1169,14 +1193,17 @@ def main():
         if any_process(stop, device):
             break
         if checkpoint_due(args, iteration, last_saved_at):
-            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, writer)
+            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
             last_saved_at = time.time()
 
     progress.end_line()
     stopped = any_process(stop, device)
     completed_steps = completed * batch_size
-    if stopped or args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, writer)
+    # A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy.
+    saved_at_end = stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes \
+        or os.path.isfile(ckpt_path)
+    if saved_at_end:
+        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, rng, writer)
     envs.close()
     writer.close()
     if args.track and RANK == 0:
@@ -1185,7 +1212,7 @@ def main():
         dist.destroy_process_group()
     if stopped:
         exit_after_signal(stop.signum, completed_steps, ckpt_path)
-    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
+    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)
 
 
 if __name__ == "__main__":

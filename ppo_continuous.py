@@ -66,9 +66,10 @@ class Args:
     save_model: bool = False
     """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
     checkpoint_every: int = 0
-    """also write it every N iterations (0: never)"""
+    """also write it every N iterations, and at the end (0: never)"""
     checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time (0: never); on a cluster, a kill then costs at most M minutes"""
+    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
+    most M minutes"""
     resume: Optional[str] = None
     """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
     come from the checkpoint)"""
@@ -372,7 +373,7 @@ def flags_given():
     return names | {n[3:] for n in names if n.startswith("no_")}
 
 
-def check_args(args):
+def check_args(args, merged=False):
     """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
     def need(name, ok, allowed):
         if not ok:
@@ -398,14 +399,17 @@ def check_args(args):
              "(not empty, no '/', no '__', which separates the fields of a run name)")
     if args.eval_checkpoint and args.resume:
         fail("--eval-checkpoint evaluates and --resume trains: give one of them")
+    # Resuming, the checkpoint's settings fill in what the command line leaves out, so these checks of settings
+    # together wait for them (merge_resumed_args checks again, merged); evaluation does not use them.
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
-             "choose --num-minibatches that divides it")
-    if args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
+    if merged or not (args.resume or args.eval_checkpoint):
+        if batch_size % args.num_minibatches:
+            fail(f"num_envs * num_steps = {batch_size} does not split into {args.num_minibatches} minibatches; "
+                 "choose --num-minibatches that divides it")
+        if args.total_timesteps < batch_size:
+            fail(f"--total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+        if args.norm_adv and batch_size // args.num_minibatches < 2:
+            fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
 
 
 def load_checkpoint(path, args):
@@ -445,7 +449,16 @@ def merge_resumed_args(args, ckpt):
     for name in CHECKPOINT_SETTINGS:
         if name not in given and name in ckpt["args"]:
             setattr(args, name, ckpt["args"][name])
-    check_args(args)  # the merged settings, as they will run
+    check_args(args, merged=True)  # the merged settings, as they will run
+
+
+def unused_folder(path):
+    """path, or path-2, path-3, ... where that exists: videos are never recorded over earlier ones."""
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{path}-{n}"
+    return candidate
 
 
 def resumed_run_dir(checkpoint_path, ckpt):
@@ -468,7 +481,7 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer=None):
+def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done.
@@ -482,8 +495,7 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "obs_rms": stats["obs_rms"], "return_rms": stats["return_rms"],
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "rng": rng,
     }
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -491,6 +503,14 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def rng_states():
+    """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
+    drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
+    uninterrupted one would from that iteration, wherever in the next one the signal came."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def checkpoint_due(args, iteration, last_saved_at):
@@ -577,8 +597,9 @@ def announce_start(args, run_dir, device, steps, start_step):
 def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
     mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "- (no episode ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
+    window = "last 100 since resuming" if progress.start_step else "last 100"  # compare.py reads the whole run
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
-          f"({progress.steps_per_second(global_step)} steps/s); return(last 100) {mean_return}; "
+          f"({progress.steps_per_second(global_step)} steps/s); return({window}) {mean_return}; "
           f"logs in {run_dir}{saved}", flush=True)
 
 
@@ -649,10 +670,12 @@ def main():
             setattr(args, name, ckpt["args"][name])
         agent = Agent(obs_size, action_size).to(device)
         agent.load_state_dict(ckpt["model"])
-        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}" if args.capture_video else None
+        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
+        video_dir = unused_folder(video_dir) if args.capture_video else None
         returns = evaluate(agent, obs_rms, args, device, video_dir)
         mode = "deterministic" if args.eval_deterministic else "sampled"
-        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode})")
+        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
+              f"of the policy at step {ckpt['global_step']}")
         if video_dir:
             print(f"videos of the {len(returns)} episodes in {video_dir}")
         return
@@ -670,7 +693,7 @@ def main():
                   f"to train. To train longer, start a new run with a larger --total-timesteps.")
             return
         # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
-        video_dir = f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}"
+        video_dir = unused_folder(f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}")
     else:
         run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = os.path.join("runs", run_name)
@@ -747,7 +770,7 @@ def main():
     recent_returns = deque(maxlen=100)
     progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
     announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
-    stop, last_saved_at, completed = StopSignals(), time.time(), start_iteration - 1
+    stop, last_saved_at, completed, rng = StopSignals(), time.time(), start_iteration - 1, rng_states()
     # A checkpoint saves the statistics of the last whole rollout, not ones a dropped partial rollout has moved.
     stats = {"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}
 
@@ -847,7 +870,7 @@ def main():
                 break
 
         # --- log ---
-        completed = iteration
+        completed, rng = iteration, rng_states()  # what a checkpoint of this iteration holds
         sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
@@ -863,20 +886,24 @@ def main():
         if stop:
             break
         if checkpoint_due(args, iteration, last_saved_at):
-            save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, global_step, iteration, writer)
+            save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
             last_saved_at = time.time()
 
     progress.end_line()
     stopped = bool(stop)  # read once: a signal during the teardown below must not claim a checkpoint
-    if stopped or args.save_model:
-        save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, writer)
+    # A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy.
+    saved_at_end = stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes \
+        or os.path.isfile(ckpt_path)
+    if saved_at_end:
+        save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, rng,
+                        writer)
     envs.close()
     writer.close()
     if args.track:
         wandb.finish()
     if stopped:
         exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
-    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if args.save_model else None)
+    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)
 
 
 if __name__ == "__main__":

@@ -754,9 +754,9 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     shutil.copytree(run_dir, copy_cwd / "runs" / run_dir.name)
     saves, save = [], pa.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
         saves.append((os.path.dirname(os.path.abspath(path)), iteration))
-        return save(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pa, "save_checkpoint", counting_save)
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
@@ -769,10 +769,12 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
         assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, 11)], tag
     np.testing.assert_allclose([v for _, v in scalars["charts/learning_rate"]],
                                [LR * (1 - i / 10) for i in range(10)], rtol=1e-6)
-    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
-    assert saves == [(str(run_dir), 4), (str(run_dir), 8)]
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4, and
+    # ends with a checkpoint of its final state.
+    assert saves == [(str(run_dir), 4), (str(run_dir), 8), (str(run_dir), 10)]
+    assert "score(last 100 since resuming)" in out.splitlines()[-1]
     ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["iteration"] == 10 and ckpt["global_step"] == 10 * BATCH
     assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
 
     saves.clear()
@@ -791,9 +793,9 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     monkeypatch.setattr(pa.time, "time", lambda: clock[0])
     saves, save = [], pa.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return save(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pa, "save_checkpoint", counting_save)
     compute_gae = pa.compute_gae
@@ -805,7 +807,7 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     monkeypatch.setattr(pa, "compute_gae", gae_and_tick)
     code, err, _ = run_main_in_process([*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
     assert code == 0, err
-    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+    assert saves == [3, 6, 9, 10]  # 120 s reached after every third iteration, and the end
 
 
 def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):

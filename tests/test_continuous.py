@@ -841,6 +841,13 @@ def test_run_stopped_mid_rollout_resumes_with_its_statistics_schedule_and_cadenc
     run_dir = stopped_run["run_dir"]
     stopped = _load(run_dir / "checkpoint.pt")
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
+    saves, save = [], pc.save_checkpoint
+
+    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+        saves.append(iteration)
+        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
+
+    monkeypatch.setattr(pc, "save_checkpoint", counting_save)
     code, err, out = run_main_in_process(pc, ["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
     assert code == 0, err
     assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
@@ -850,13 +857,57 @@ def test_run_stopped_mid_rollout_resumes_with_its_statistics_schedule_and_cadenc
         assert _steps(scalars, tag) == [BATCH * i for i in range(1, 11)], tag
     np.testing.assert_allclose(_values(scalars, "charts/learning_rate"), [3e-4 * (1 - i / 10) for i in range(10)],
                                rtol=1e-5)
-    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4, and
+    # ends with a checkpoint of its final state (one from iteration 8 would be stale).
+    assert saves == [4, 8, 10]
     ckpt = _load(run_dir / "checkpoint.pt")
-    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["iteration"] == 10 and ckpt["global_step"] == 10 * BATCH
     assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
-    # The statistics went on from the stopped checkpoint's: 6 more rollouts (the resumed reset is not counted).
-    assert ckpt["obs_rms"]["count"] == pytest.approx(stopped["obs_rms"]["count"] + 6 * BATCH, abs=1e-6)
-    assert ckpt["return_rms"]["count"] == pytest.approx(stopped["return_rms"]["count"] + 6 * BATCH, abs=1e-6)
+    assert "return(last 100 since resuming)" in out.splitlines()[-1]
+    # The statistics went on from the stopped checkpoint's: 8 more rollouts (the resumed reset is not counted).
+    assert ckpt["obs_rms"]["count"] == pytest.approx(stopped["obs_rms"]["count"] + 8 * BATCH, abs=1e-6)
+    assert ckpt["return_rms"]["count"] == pytest.approx(stopped["return_rms"]["count"] + 8 * BATCH, abs=1e-6)
+
+
+@pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
+def test_stop_mid_rollout_saves_the_generators_as_they_were_at_the_end_of_the_iteration(pc, stopped_run,
+                                                                                      tmp_path_factory, monkeypatch,
+                                                                                      capsys):
+    """The partial rollout a stop drops has drawn actions; the checkpoint must not carry those draws on, so a
+    resumed run continues as the uninterrupted run does from the same iteration."""
+    states = {}
+    save = pc.save_checkpoint
+
+    def recording_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+        states[iteration] = rng["torch"].clone()
+        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
+
+    monkeypatch.setattr(pc, "save_checkpoint", recording_save)
+    uninterrupted = tmp_path_factory.mktemp("uninterrupted")
+    code, err, _ = run_main_in_process(pc, [*TEN, "--checkpoint-every", 1], uninterrupted, monkeypatch, capsys)
+    assert code == 0, err
+    stopped = _load(stopped_run["run_dir"] / "checkpoint.pt")
+    assert stopped["iteration"] == 2
+    assert torch.equal(stopped["rng"]["torch"], states[2])  # the same seed, uninterrupted, at iteration 2's end
+    assert not torch.equal(states[2], states[3])
+
+
+def test_resume_may_repeat_some_hyperparameters(pc, tmp_path, monkeypatch, capsys):
+    """Repeating only some of a run's hyperparameters on --resume is fine: they are checked together with the
+    checkpoint's others, not with the script's defaults (3 minibatches do not split the default batch)."""
+    code, err, _ = run_main_in_process(pc, ["--env-id", "Pendulum-v1", "--total-timesteps", 384, "--num-steps", 96,
+                                            "--num-minibatches", 3, "--update-epochs", 1, "--checkpoint-every", 2],
+                                       tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    ckpt_path = only_run_dir(tmp_path) / "checkpoint.pt"
+    ckpt = _load(ckpt_path)
+    ckpt["iteration"], ckpt["global_step"] = 2, 192
+    torch.save(ckpt, ckpt_path)
+    code, err, out = run_main_in_process(pc, ["--resume", ckpt_path, "--num-minibatches", 3], tmp_path, monkeypatch,
+                                         capsys)
+    assert code == 0, err
+    assert "resuming at step 192" in out.splitlines()[0]
+    assert _load(ckpt_path)["iteration"] == 4
 
 
 def test_checkpoint_settings_given_on_resume_win(pc, pendulum_run, tmp_path, monkeypatch, capsys):
@@ -869,7 +920,8 @@ def test_checkpoint_settings_given_on_resume_win(pc, pendulum_run, tmp_path, mon
                                             "--checkpoint-every", 3], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     saved = _load(run_dir / "checkpoint.pt")
-    assert saved["iteration"] == 3 and saved["args"]["save_model"] is False  # not the final one: not saved
+    # --no-save-model, but the run checkpoints every 3: it ends with its final state, not iteration 3's.
+    assert saved["iteration"] == 4 and saved["args"]["save_model"] is False
     assert saved["args"]["checkpoint_every"] == 3
 
 
@@ -880,9 +932,9 @@ def test_checkpoint_every_few_minutes(pc, tmp_path, monkeypatch, capsys):
     saves = []
     original = pc.save_checkpoint
 
-    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer=None):
+    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return original(path, agent, optimizer, stats, args, run_name, global_step, iteration, writer)
+        return original(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pc, "save_checkpoint", counting_save)
     original_gae = pc.compute_gae
@@ -894,7 +946,7 @@ def test_checkpoint_every_few_minutes(pc, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pc, "compute_gae", gae_and_tick)
     code, err, _ = run_main_in_process(pc, [*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
     assert code == 0, err
-    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+    assert saves == [3, 6, 9, 10]  # 120 s reached after every third iteration, and the end
 
 
 def test_stop_signals_handler_repeats_and_second_ctrl_c(pc, monkeypatch):
@@ -984,6 +1036,21 @@ def test_evaluation_records_every_episode_quietly(pendulum_run, tmp_path):
     assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
     assert f"videos of the 3 episodes in videos/{name}/eval-at-step-1024" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["videos"]
+
+
+def test_evaluating_twice_records_into_a_new_folder(pendulum_run, tmp_path):
+    """Videos are never recorded over earlier ones: a second evaluation of the same checkpoint gets its own folder."""
+    step = ITERATION_STEPS[-1]
+    for _ in range(2):
+        result = run_script(SCRIPT, "--eval-checkpoint", pendulum_run["ckpt"], "--eval-episodes", 1, "--capture-video",
+                            cwd=tmp_path)
+        _ok(result)
+        assert f"of the policy at step {step}" in result.stdout
+    videos = tmp_path / "videos" / pendulum_run["run_dir"].name
+    assert sorted(p.name for p in videos.iterdir()) == [f"eval-at-step-{step}", f"eval-at-step-{step}-2"]
+    assert f"videos of the 1 episodes in videos/{pendulum_run['run_dir'].name}/eval-at-step-{step}-2" in result.stdout
+    for folder in videos.iterdir():
+        assert [p.name for p in folder.glob("*.mp4")] == ["rl-video-episode-0.mp4"]
 
 
 def test_older_checkpoint_may_not_resume_over_a_newer_one(pc, pendulum_run, tmp_path, monkeypatch, capsys):

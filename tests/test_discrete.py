@@ -496,8 +496,10 @@ def test_checkpoint_every_writes_mid_run_checkpoint(runs):
     result, cwd = runs["repeat"]
     assert_ok(result)
     ckpt = torch.load(only_run_dir(cwd) / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert ckpt["iteration"] == 3 and ckpt["global_step"] == 3 * BATCH  # 4 iterations, every 3rd saved
-    assert "checkpoint saved to" not in result.stdout  # no --save-model: no final checkpoint
+    # 4 iterations, every 3rd saved, and the end too: no --save-model, but a checkpointing run never leaves
+    # iteration 3's policy behind as if it were the run's
+    assert ckpt["iteration"] == 4 and ckpt["global_step"] == 4 * BATCH
+    assert "checkpoint saved to" in result.stdout.splitlines()[-1]
 
 
 def test_same_seed_same_curve_other_seed_other_curve(base, runs):
@@ -861,18 +863,28 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
                                                                       capsys, restore_signal_handlers):
     run_dir = stopped_run["run_dir"]
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
+    saves, save = [], pd.save_checkpoint
+
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+        saves.append(iteration)
+        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
+
+    monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
     assert code == 0, err
     assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
     assert "resuming at step 256" in out.splitlines()[0]
+    assert "return(last 100 since resuming)" in out.splitlines()[-1]
     scalars = read_scalars(run_dir)
     for tag in PER_ITERATION_TAGS:
         assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, 11)], tag
     np.testing.assert_allclose([v for _, v in scalars["charts/learning_rate"]],
                                [LR * (1 - i / 10) for i in range(10)], rtol=1e-6)
-    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4.
+    # Started with --checkpoint-every 4 and no --save-model: the resumed part keeps checkpointing every 4, and
+    # ends with a checkpoint of its final state.
+    assert saves == [4, 8, 10]
     ckpt = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert ckpt["iteration"] == 8 and ckpt["global_step"] == 8 * BATCH
+    assert ckpt["iteration"] == 10 and ckpt["global_step"] == 10 * BATCH
     assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
 
 
@@ -886,7 +898,8 @@ def test_checkpoint_settings_given_on_resume_win(base, tmp_path, monkeypatch, ca
                                         "--checkpoint-every", 3], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     saved = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert saved["iteration"] == 3 and saved["args"]["save_model"] is False  # not the final one: not saved
+    # --no-save-model, but the run checkpoints every 3: it ends with its final state, not iteration 3's.
+    assert saved["iteration"] == ITERATIONS and saved["args"]["save_model"] is False
 
 
 def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_signal_handlers):
@@ -896,9 +909,9 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     saves = []
     original = pd.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, writer=None):
+    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return original(path, agent, optimizer, args, run_name, global_step, iteration, writer)
+        return original(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     calls = [0]
@@ -912,7 +925,7 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     monkeypatch.setattr(pd, "compute_gae", gae_and_tick)
     code, err, _ = run_main_in_process([*TEN, "--checkpoint-minutes", 2], tmp_path, monkeypatch, capsys)
     assert code == 0, err
-    assert saves == [3, 6, 9]  # 120 s reached after every third iteration
+    assert saves == [3, 6, 9, 10]  # 120 s reached after every third iteration, and the end
 
 
 def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):
@@ -962,7 +975,15 @@ def test_evaluation_records_every_episode_quietly(base, tmp_path):
     videos = tmp_path / "videos" / base["run_dir"].name / f"eval-at-step-{ITERATION_STEPS[-1]}"
     assert sorted(p.name for p in videos.glob("*.mp4")) == [f"rl-video-episode-{i}.mp4" for i in range(3)]
     assert f"videos of the 3 episodes in videos/{base['run_dir'].name}" in result.stdout
+    assert f"of the policy at step {ITERATION_STEPS[-1]}" in result.stdout
     assert not (tmp_path / "runs").exists()
+    # A second evaluation records into a folder of its own: videos are never recorded over earlier ones.
+    again = run_script(SCRIPT, "--eval-checkpoint", base["checkpoint"], "--eval-episodes", 1, "--capture-video",
+                       cwd=tmp_path, env=env)
+    assert_ok(again)
+    second = videos.parent / f"{videos.name}-2"
+    assert [p.name for p in second.glob("*.mp4")] == ["rl-video-episode-0.mp4"]
+    assert len(list(videos.glob("*.mp4"))) == 3
 
 
 def test_older_checkpoint_may_not_resume_over_a_newer_one(base, tmp_path, monkeypatch, capsys):
