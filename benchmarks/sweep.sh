@@ -103,7 +103,15 @@ run_one() {
     local dir=$1 threads=$2
     shift 2
     [[ "$dir" =~ ^/.+/seed[0-9]+$ ]] || { echo "$PROG: refusing to use run directory '$dir'" >&2; return 2; }
-    local log="$dir/log.txt" started rc pid stopping requeue ckpt="" f offset
+    local log="$dir/log.txt" started rc pid stopping requeue ckpt="" f offset lock
+    # One process per run, whichever sweep started it (a local one, a Slurm task): a second would wipe the
+    # run's folder or write into it. The lock file sits beside seedN/, which a fresh start wipes; the training
+    # process inherits it, so it is held until the run has exited. (Without flock, or where the file system
+    # cannot lock, the run goes ahead unlocked, as before.)
+    if command -v flock >/dev/null 2>&1 && mkdir -p -- "${dir%/*}" && exec {lock}>"${dir%/*}/.${dir##*/}.lock"; then
+        flock -n -E 75 "$lock"
+        [ $? -ne 75 ] || { echo "$PROG: ${dir} is being run by another sweep; left to it" >&2; return 3; }
+    fi
     started=$(date +%s)
     # No done marker. A checkpoint means the run got somewhere before it was stopped or killed: continue it
     # (the script resumes in the checkpoint's own run folder). There is only one; the newest if ever more.
@@ -162,10 +170,22 @@ run_one() {
         echo "$PROG: stopped  ${dir}${at:+ (${at# })}; $next"
         # ---- Slurm: requeue a task that Slurm warned of its time limit; the requeued task resumes above.
         # (A preempted task is requeued by Slurm itself; a cancelled one, also sent TERM, must stay cancelled.)
+        # Only if its checkpoint moved on: a task whose time runs out before one whole iteration would
+        # otherwise be requeued for ever.
         if [ "$slurm_task" -eq 1 ] && [ "$requeue" -eq 1 ]; then
-            echo "$PROG: requeueing Slurm task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
-            printf '# requeueing Slurm task %s_%s\n' "$SLURM_ARRAY_JOB_ID" "$SLURM_ARRAY_TASK_ID" >>"$log"
-            scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+            local task="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" from
+            from=$(tail -c +$((offset + 1)) "$log" | grep -o 'resuming at step [0-9]*' | head -n 1)
+            from=${from##* }
+            if [ -n "$at" ] && [ "${at##* }" -gt "${from:-0}" ]; then
+                echo "$PROG: requeueing Slurm task $task"
+                printf '# requeueing Slurm task %s\n' "$task" >>"$log"
+                scontrol requeue "$task"
+            else
+                local why="not requeueing Slurm task $task: its time ran out at step ${from:-0}, where it started,"
+                why+=" before one whole iteration; give it a longer --slurm-time"
+                echo "$PROG: $why"
+                printf '# %s\n' "$why" >>"$log"
+            fi
         fi
         # ---- end Slurm
     else

@@ -291,6 +291,53 @@ def test_sweep_stopped_with_sigterm_resumes_where_it_stopped(terminated_sweep):
     assert reported_steps(log) == ALL_STEPS
 
 
+def test_a_run_another_sweep_is_running_is_left_to_it(tmp_path):
+    """Whichever sweep started a run (a local one, a Slurm task) holds its lock: another sweep of the same
+    folder neither wipes it nor trains beside it."""
+    import fcntl
+
+    seed1 = tmp_path / "ppo_discrete" / "default" / "CartPole-v1" / "seed1"
+    seed1.mkdir(parents=True)
+    (seed1 / "log.txt").write_text("a run without a checkpoint yet, in another sweep\n")
+    with open(seed1.parent / ".seed1.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-o", tmp_path, "--", *TINY)
+    assert r.returncode == 1
+    assert f"{seed1} is being run by another sweep; left to it" in r.stderr
+    assert (seed1 / "log.txt").read_text() == "a run without a checkpoint yet, in another sweep\n"
+    assert sorted(p.name for p in seed1.iterdir()) == ["log.txt"]
+    assert (seed1.parent / "seed2" / "done").exists()  # the others run as usual
+
+
+def test_slurm_task_out_of_time_before_one_iteration_is_not_requeued(tmp_path):
+    """A task warned of its time limit (USR1) before it finished one whole iteration would be warned there
+    again after every requeue: it stops with its checkpoint and is not requeued."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol_calls"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    seed1 = tmp_path / "ppo_discrete" / "default" / "CartPole-v1" / "seed1"
+    long_iterations = ["--total-timesteps", 10 ** 6, "--num-envs", 8, "--num-steps", 4096]
+    task = subprocess.Popen(
+        ["bash", str(SWEEP), "--_slurm-task", str(seed1), "1", sys.executable, str(SCRIPT), "--env-id", "CartPole-v1",
+         "--seed", "1", "--save-model", *map(str, long_iterations)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_JOB_ID": "7",
+             "SLURM_ARRAY_TASK_ID": "0"})
+    deadline = time.time() + 60
+    while "ppo_discrete: " not in ((seed1 / "log.txt").read_text() if (seed1 / "log.txt").exists() else ""):
+        assert time.time() < deadline and task.poll() is None, task.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    task.send_signal(signal.SIGUSR1)  # Slurm's warning, to the batch shell
+    out, err = task.communicate(timeout=60)
+    assert task.returncode != 0
+    assert "not requeueing Slurm task 7_0: its time ran out at step 0, where it started, before one whole " \
+           "iteration; give it a longer --slurm-time" in out, out + err
+    assert not calls.exists()
+    assert "# not requeueing Slurm task 7_0" in (seed1 / "log.txt").read_text()
+
+
 # ----------------------------------------------------------------------------------------------
 # Slurm mode, on a real single-node Slurm started here
 # ----------------------------------------------------------------------------------------------
