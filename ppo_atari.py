@@ -1031,6 +1031,9 @@ def main():
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
+    # Said before a stop can be handled, so a log that says where a run stopped also says where it started
+    # (sweep.sh requeues a Slurm task only if its run moved on).
+    announce_start(args, run_dir, device, num_iterations * batch_size, ckpt["global_step"] if ckpt else 0)
     stop = StopSignals()  # before the envs, whose --async-envs workers inherit it
     # [core-1] N envs stepped together (this process's share of them under torchrun).
     envs = make_training_envs(args, num_envs, first_env, video_dir)
@@ -1083,7 +1086,6 @@ def main():
     next_obs = torch.as_tensor(next_obs_np, device=device)
     recent_returns = deque(maxlen=100)
     progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * batch_size, global_step)
-    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
     last_saved_at, completed, rng = time.time(), start_iteration - 1, rng_states()
 
     for iteration in range(start_iteration, num_iterations + 1):

@@ -17,8 +17,9 @@
 # checkpoint first), or killed outright with its node, is resumed by starting the same command again.
 #
 # Slurm mode: each array task is requeued at its time limit (--signal=B:USR1@SECS warns the batch shell, which
-# stops the run with a checkpoint and runs `scontrol requeue`) and on preemption or node failure (--requeue);
-# the requeued task resumes from the checkpoint like a restarted local sweep.
+# stops the run with a checkpoint and runs `scontrol requeue`, if the run got past the step it started from)
+# and on preemption or node failure (--requeue); the requeued task resumes from the checkpoint like a restarted
+# local sweep. Each run holds a lock (.seedN.lock beside its folder) while it trains.
 
 set -uo pipefail
 
@@ -69,8 +70,9 @@ Slurm mode (one array task per env x seed that is not done yet; prints the job i
       --slurm-time T        time limit per task, e.g. 02:00:00 (default: the partition's)
       --slurm-signal-secs S Slurm warns each task S seconds before its time limit (default 120); the task
                             stops its run with a checkpoint and requeues itself, and the requeued task resumes
-                            from it. S must cover finishing an update and writing the checkpoint; Slurm may
-                            warn up to 60 s early, so the time limit must exceed S + 60.
+                            from it (not requeued if it finished no whole iteration: give it more time). S must
+                            cover finishing an update and writing the checkpoint; Slurm may warn up to 60 s
+                            early, so the time limit must exceed S + 60.
       --slurm-output PAT    stdout/stderr file of each task (default: OUTDIR/SCRIPT/VARIANT/slurm/%x-%A_%a.out)
       --slurm-partition P   partition to submit to
       --slurm-arg ARG       any other sbatch option, repeatable, e.g. --slurm-arg=--account=myproj
@@ -106,11 +108,15 @@ run_one() {
     local log="$dir/log.txt" started rc pid stopping requeue ckpt="" f offset lock
     # One process per run, whichever sweep started it (a local one, a Slurm task): a second would wipe the
     # run's folder or write into it. The lock file sits beside seedN/, which a fresh start wipes; the training
-    # process inherits it, so it is held until the run has exited. (Without flock, or where the file system
-    # cannot lock, the run goes ahead unlocked, as before.)
-    if command -v flock >/dev/null 2>&1 && mkdir -p -- "${dir%/*}" && exec {lock}>"${dir%/*}/.${dir##*/}.lock"; then
-        flock -n -E 75 "$lock"
-        [ $? -ne 75 ] || { echo "$PROG: ${dir} is being run by another sweep; left to it" >&2; return 3; }
+    # process inherits it, so it is held until the run has exited. A requeued Slurm task waits up to 2 min for
+    # the lock of a node that died to lapse (NFSv4 leases do). Without flock (or one too old for -E), or where
+    # the file system cannot lock at all, the run goes ahead unlocked.
+    local lock_file="${dir%/*}/.${dir##*/}.lock" wait_lock=(-n)
+    [ "$slurm_task" -eq 0 ] || wait_lock=(-w 120)
+    if command -v flock >/dev/null 2>&1 && mkdir -p -- "${dir%/*}" && exec {lock}>"$lock_file"; then
+        flock "${wait_lock[@]}" -E 75 "$lock" 2>/dev/null
+        [ $? -ne 75 ] || { echo "$PROG: ${dir} is being run by another sweep; left to it (if none is, its lock" \
+            "$lock_file is held by a node that died: delete that file)" >&2; return 3; }
     fi
     started=$(date +%s)
     # No done marker. A checkpoint means the run got somewhere before it was stopped or killed: continue it

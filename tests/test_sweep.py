@@ -309,33 +309,52 @@ def test_a_run_another_sweep_is_running_is_left_to_it(tmp_path):
     assert (seed1.parent / "seed2" / "done").exists()  # the others run as usual
 
 
-def test_slurm_task_out_of_time_before_one_iteration_is_not_requeued(tmp_path):
-    """A task warned of its time limit (USR1) before it finished one whole iteration would be warned there
-    again after every requeue: it stops with its checkpoint and is not requeued."""
+def test_slurm_task_is_requeued_only_when_its_run_moved_on(tmp_path):
+    """A task warned of its time limit (USR1 to its batch shell) stops its run with a checkpoint. It is requeued
+    when the run got past the step it started from; a task warned before it finished one whole iteration would
+    be warned there again after every requeue, so it is not."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol_calls"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
     (bin_dir / "scontrol").chmod(0o755)
     seed1 = tmp_path / "ppo_discrete" / "default" / "CartPole-v1" / "seed1"
-    long_iterations = ["--total-timesteps", 10 ** 6, "--num-envs", 8, "--num-steps", 4096]
-    task = subprocess.Popen(
-        ["bash", str(SWEEP), "--_slurm-task", str(seed1), "1", sys.executable, str(SCRIPT), "--env-id", "CartPole-v1",
-         "--seed", "1", "--save-model", *map(str, long_iterations)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_JOB_ID": "7",
-             "SLURM_ARRAY_TASK_ID": "0"})
-    deadline = time.time() + 60
-    while "ppo_discrete: " not in ((seed1 / "log.txt").read_text() if (seed1 / "log.txt").exists() else ""):
-        assert time.time() < deadline and task.poll() is None, task.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)
-    task.send_signal(signal.SIGUSR1)  # Slurm's warning, to the batch shell
-    out, err = task.communicate(timeout=60)
-    assert task.returncode != 0
-    assert "not requeueing Slurm task 7_0: its time ran out at step 0, where it started, before one whole " \
-           "iteration; give it a longer --slurm-time" in out, out + err
-    assert not calls.exists()
-    assert "# not requeueing Slurm task 7_0" in (seed1 / "log.txt").read_text()
+    log = seed1 / "log.txt"
+    iterations_of_32k_steps = ["--total-timesteps", 10 ** 6, "--num-envs", 8, "--num-steps", 4096,
+                               "--checkpoint-every", 1]
+
+    def task_warned(once):
+        """The task (the same command each time, as a requeued task is), warned as soon as `once(log text of this
+        attempt)` holds; its stdout and this attempt's part of the log."""
+        offset = log.stat().st_size if log.exists() else 0
+        task = subprocess.Popen(
+            ["bash", str(SWEEP), "--_slurm-task", str(seed1), "1", sys.executable, str(SCRIPT), "--env-id",
+             "CartPole-v1", "--seed", "1", "--save-model", *map(str, iterations_of_32k_steps)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_JOB_ID": "7",
+                 "SLURM_ARRAY_TASK_ID": "0"})
+        deadline = time.time() + 120
+        while not once(log.read_text()[offset:] if log.exists() else ""):
+            assert time.time() < deadline and task.poll() is None, task.communicate()
+            time.sleep(0.05)
+        time.sleep(1.0)  # the start line is printed just before the stop signals are handled
+        task.send_signal(signal.SIGUSR1)  # Slurm's warning, to the batch shell
+        out, err = task.communicate(timeout=120)
+        assert task.returncode != 0, out + err
+        return out, log.read_text()[offset:]
+
+    # Warned after its first whole iteration: it moved on from step 0, and is requeued.
+    out, attempt = task_warned(lambda text: checkpoints(seed1))
+    stopped = re.search(r"ppo_discrete: stopped by SIGUSR1 at step (\d+);", attempt)
+    assert stopped and int(stopped.group(1)) > 0, attempt
+    assert "requeueing Slurm task 7_0" in out and calls.read_text() == "requeue 7_0\n"
+    # The requeued task, warned before it finished an iteration: it stops where it resumed, and is not requeued.
+    out, attempt = task_warned(lambda text: "resuming at step" in text)
+    step = stopped.group(1)
+    assert f"resuming at step {step};" in attempt and f"ppo_discrete: stopped by SIGUSR1 at step {step};" in attempt
+    assert f"not requeueing Slurm task 7_0: its time ran out at step {step}, where it started, before one whole " \
+           "iteration; give it a longer --slurm-time" in out, out
+    assert "# not requeueing Slurm task 7_0" in attempt
+    assert calls.read_text() == "requeue 7_0\n"  # not called again
 
 
 # ----------------------------------------------------------------------------------------------
