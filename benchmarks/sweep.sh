@@ -473,16 +473,30 @@ for ((i = 0; i < n_todo; i++)); do
 done
 wait
 
-# Report: every run without a done marker failed.
-n_failed=0
+# Report: every run without a done marker failed, but for those another sweep is running (it holds their lock).
+held_elsewhere() {
+    local f="${1%/*}/.${1##*/}.lock" rc
+    command -v flock >/dev/null 2>&1 && [ -f "$f" ] || return 1
+    flock -n -E 75 "$f" true 2>/dev/null
+    rc=$?
+    [ "$rc" -eq 75 ]
+}
+n_failed=0 n_elsewhere=0
 for ((i = 0; i < n_todo; i++)); do
-    if [ ! -f "${todo_dirs[$i]}/done" ]; then
+    if [ -f "${todo_dirs[$i]}/done" ]; then
+        continue
+    elif held_elsewhere "${todo_dirs[$i]}"; then
+        echo "$PROG: ${todo_names[$i]} is left to the sweep that is running it" >&2
+        n_elsewhere=$((n_elsewhere + 1))
+    else
         [ "$n_failed" -gt 0 ] || echo "$PROG: failed runs:" >&2
         n_failed=$((n_failed + 1))
         status=$(tail -n 1 "${todo_dirs[$i]}/log.txt" 2>/dev/null)
         echo "  ${todo_names[$i]}: ${status#\# } -- log: ${todo_dirs[$i]}/log.txt" >&2
     fi
 done
-echo "$PROG: $script_name / $variant: $((n_todo - n_failed)) finished, $n_skipped skipped (done before)," \
-    "$n_failed failed" >&2
-[ "$n_failed" -eq 0 ]
+elsewhere=""
+[ "$n_elsewhere" -eq 0 ] || elsewhere=" $n_elsewhere left to another sweep,"
+echo "$PROG: $script_name / $variant: $((n_todo - n_failed - n_elsewhere)) finished, $n_skipped skipped (done" \
+    "before),$elsewhere $n_failed failed" >&2
+[ "$n_failed" -eq 0 ] && [ "$n_elsewhere" -eq 0 ]

@@ -302,8 +302,11 @@ def test_a_run_another_sweep_is_running_is_left_to_it(tmp_path):
     with open(seed1.parent / ".seed1.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "--seeds", "1,2", "-o", tmp_path, "--", *TINY)
-    assert r.returncode == 1
+    assert r.returncode == 1  # not every run is done
     assert f"{seed1} is being run by another sweep; left to it" in r.stderr
+    assert "CartPole-v1 seed 1 is left to the sweep that is running it" in r.stderr
+    assert "1 finished, 0 skipped (done before), 1 left to another sweep, 0 failed" in r.stderr
+    assert "failed runs" not in r.stderr
     assert (seed1 / "log.txt").read_text() == "a run without a checkpoint yet, in another sweep\n"
     assert sorted(p.name for p in seed1.iterdir()) == ["log.txt"]
     assert (seed1.parent / "seed2" / "done").exists()  # the others run as usual
