@@ -822,6 +822,44 @@ def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
           f"logs in {run_dir}{saved}", flush=True)
 
 
+def open_logs(args, run_name, run_dir, resumed_at):
+    """The run's TensorBoard writer (and its wandb run, with --track), on rank 0; other ranks log nothing."""
+    if args.track and RANK == 0:
+        import wandb
+
+        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
+        wandb.tensorboard.patch(root_logdir=run_dir)
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
+    purge_step = None if resumed_at is None else resumed_at + 1
+    writer = SummaryWriter(run_dir, purge_step=purge_step) if RANK == 0 else NoLogs()
+    if resumed_at is None:
+        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def ends_with_checkpoint(args, stopped, ckpt_path):
+    """A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy."""
+    return bool(stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes
+                or os.path.isfile(ckpt_path))
+
+
+def close_run(args, envs, writer):
+    """Close what the run opened; the events and the wandb run are complete on disk after this."""
+    envs.close()
+    writer.close()
+    if args.track and RANK == 0:
+        import wandb
+
+        wandb.finish()
+    if WORLD_SIZE > 1:
+        dist.destroy_process_group()
+
+
 def exit_after_signal(signum, step, ckpt_path):
     """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
     signum = signum or signal.SIGTERM  # [aux-2] a process that was not signalled itself stops with the others
@@ -1055,20 +1093,7 @@ def main():
     if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
         torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
 
-    if args.track and RANK == 0:
-        import wandb
-
-        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None) if RANK == 0 else NoLogs()
-    if ckpt is None:
-        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
-        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    writer = open_logs(args, run_name, run_dir, resumed_at=global_step if ckpt else None)
 
     # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB),
     # laid out channels-last (frames innermost) as the network wants them; indexed as (step, env, frame, y, x).
@@ -1201,17 +1226,10 @@ def main():
     progress.end_line()
     stopped = any_process(stop, device)
     completed_steps = completed * batch_size
-    # A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy.
-    saved_at_end = stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes \
-        or os.path.isfile(ckpt_path)
+    saved_at_end = ends_with_checkpoint(args, stopped, ckpt_path)
     if saved_at_end:
         save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, rng, writer)
-    envs.close()
-    writer.close()
-    if args.track and RANK == 0:
-        wandb.finish()
-    if WORLD_SIZE > 1:
-        dist.destroy_process_group()
+    close_run(args, envs, writer)
     if stopped:
         exit_after_signal(stop.signum, completed_steps, ckpt_path)
     announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)

@@ -603,6 +603,41 @@ def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
           f"logs in {run_dir}{saved}", flush=True)
 
 
+def open_logs(args, run_name, run_dir, resumed_at):
+    """The run's TensorBoard writer (and its wandb run, with --track)."""
+    if args.track:
+        import wandb
+
+        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
+        wandb.tensorboard.patch(root_logdir=run_dir)
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
+    writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
+    if resumed_at is None:
+        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def ends_with_checkpoint(args, stopped, ckpt_path):
+    """A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy."""
+    return bool(stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes
+                or os.path.isfile(ckpt_path))
+
+
+def close_run(args, envs, writer):
+    """Close what the run opened; the events and the wandb run are complete on disk after this."""
+    envs.close()
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
 def exit_after_signal(signum, step, ckpt_path):
     """The checkpoint is on disk: say how to go on, and exit non-zero so a caller knows the run is unfinished."""
     print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
@@ -731,20 +766,7 @@ def main():
         if ckpt["rng"].get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    if args.track:
-        import wandb
-
-        # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if ckpt else None)
-    if ckpt is None:
-        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
-        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    writer = open_logs(args, run_name, run_dir, resumed_at=global_step if ckpt else None)
 
     # Rollout storage, allocated once.
     obs = torch.zeros((args.num_steps, args.num_envs, obs_size), device=device)
@@ -891,16 +913,11 @@ def main():
 
     progress.end_line()
     stopped = bool(stop)  # read once: a signal during the teardown below must not claim a checkpoint
-    # A run that checkpoints along the way also ends with one: checkpoint.pt never holds an older policy.
-    saved_at_end = stopped or args.save_model or args.checkpoint_every or args.checkpoint_minutes \
-        or os.path.isfile(ckpt_path)
+    saved_at_end = ends_with_checkpoint(args, stopped, ckpt_path)
     if saved_at_end:
         save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, rng,
                         writer)
-    envs.close()
-    writer.close()
-    if args.track:
-        wandb.finish()
+    close_run(args, envs, writer)
     if stopped:
         exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
     announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)
