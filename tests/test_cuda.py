@@ -7,6 +7,7 @@ reproduces its curve on the GPU as it does on the CPU. Without a GPU, only the c
 """
 
 import copy
+import os
 import subprocess
 import sys
 
@@ -25,6 +26,11 @@ TINY = {
 }
 
 
+def env(**extra):
+    """script_env, keeping PYTHONPATH: gpu_check.sh finds the packages a bare GPU machine lacks through it."""
+    return script_env(**extra, **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ})
+
+
 def ok(result):
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result
@@ -34,11 +40,12 @@ def ok(result):
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_trains_on_the_gpu_and_its_checkpoint_evaluates_and_resumes_on_the_cpu(script, tmp_path):
     trained = ok(run_script(script, *TINY[script], "--cuda", "--save-model", "--progress-interval", 0,
-                            cwd=tmp_path))
+                            cwd=tmp_path, env=env()))
     assert " on cuda" in trained.stdout, trained.stdout  # not a silent fall-back to the CPU
     checkpoint = only_run_dir(tmp_path) / "checkpoint.pt"
+    no_gpu = env(CUDA_VISIBLE_DEVICES="")  # as on a laptop: a checkpoint that needs CUDA to load fails here
     evaluated = ok(run_script(script, "--eval-checkpoint", checkpoint, "--eval-episodes", 2, "--no-cuda",
-                              cwd=tmp_path))
+                              cwd=tmp_path, env=no_gpu))
     assert "over 2 " in evaluated.stdout, evaluated.stdout
     # Back to the middle of the run, keeping the GPU's tensors (no map_location): the CPU run trains the rest.
     ckpt = torch.load(checkpoint, weights_only=True)
@@ -48,7 +55,7 @@ def test_trains_on_the_gpu_and_its_checkpoint_evaluates_and_resumes_on_the_cpu(s
     elsewhere.mkdir()
     torch.save(ckpt, elsewhere / "middle.pt")
     resumed = ok(run_script(script, "--resume", elsewhere / "middle.pt", "--no-cuda", "--progress-interval", 0,
-                            cwd=elsewhere))
+                            cwd=elsewhere, env=no_gpu))
     assert "resuming at step" in resumed.stdout and " on cpu" in resumed.stdout, resumed.stdout
 
 
@@ -57,6 +64,7 @@ def test_the_gpu_computes_the_cpus_gradient_of_one_atari_minibatch(monkeypatch):
     pa = load_script("ppo_atari")
     # TF32 convolutions keep 10 mantissa bits, not float32's 23: compare like with like.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # no Winograd kernels either
     torch.manual_seed(0)
     cpu_agent = pa.Agent(n_actions=4)
     obs = torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8)
@@ -86,7 +94,8 @@ def test_same_seed_same_curve_on_the_gpu(tmp_path):
     for name in ("a", "b"):
         cwd = tmp_path / name
         cwd.mkdir()
-        ok(run_script("ppo_atari", *TINY["ppo_atari"], "--cuda", "--seed", 3, "--progress-interval", 0, cwd=cwd))
+        ok(run_script("ppo_atari", *TINY["ppo_atari"], "--cuda", "--seed", 3, "--progress-interval", 0,
+                           cwd=cwd, env=env()))
         scalars = read_scalars(only_run_dir(cwd))
         curves.append({tag: scalars[tag] for tag in ("losses/value_loss", "losses/policy_loss", "losses/approx_kl")})
     assert curves[0] == curves[1]
@@ -98,7 +107,7 @@ def test_torchrun_on_two_gpus_trains_one_run(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            str(load_script("ppo_atari").__file__), *map(str, TINY["ppo_atari"]), "--cuda", "--save-model",
            "--progress-interval", 0]
-    result = ok(subprocess.run(list(map(str, cmd)), cwd=tmp_path, env=script_env(), capture_output=True,
+    result = ok(subprocess.run(list(map(str, cmd)), cwd=tmp_path, env=env(), capture_output=True,
                                text=True, timeout=600))
     assert " on cuda" in result.stdout, result.stdout
     assert (only_run_dir(tmp_path) / "checkpoint.pt").is_file()
