@@ -48,6 +48,7 @@ queue, between sessions) does not count, and each episode is placed on that runn
 """
 
 import argparse
+import logging
 import math
 import re
 import sys
@@ -278,6 +279,9 @@ def load_events(run_dir):
     run directory."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    # A resumed run's event file starts again from its checkpoint's step, and TensorBoard drops what the stopped
+    # process logged past it: meant (the scripts' purge_step), so not worth the warning it logs per resume.
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every point
     acc.Reload()
     tags = acc.Tags().get("scalars", [])
