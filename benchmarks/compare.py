@@ -620,7 +620,7 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
             g, mean, low, high = curve
             x = g if axis == "steps" else g / scale
             ax.plot(x, mean, color=colors[v], marker="o" if len(x) == 1 else None,
-                    label=f"{v} ({len(groups[v])} seeds)")
+                    label=f"{v} ({len(groups[v])} seed{'' if len(groups[v]) == 1 else 's'})")
             if low is not None:
                 ax.fill_between(x, low, high, color=colors[v], alpha=0.2, linewidth=0)
         longest = max(r.total_steps for rs in groups.values() for r in rs)
