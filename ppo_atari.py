@@ -66,9 +66,9 @@ class Args:
     cuda: bool = True
     """train on the GPU if there is one, else on the CPU (the start line says which)"""
     threads: Optional[int] = None
-    """torch CPU threads; default: torch's own, which follows OMP_NUM_THREADS and the CPUs this process may use.
-    On 2 cores 2 threads ran 519 steps/s, 1 thread 378.
-    A sweep runs one thread per run: benchmarks/sweep.sh sets OMP_NUM_THREADS=1"""
+    """torch CPU threads; default: torch's own (OMP_NUM_THREADS, else the CPUs this process may use).
+    The CNN's convolutions share out well across cores; benchmarks/sweep.sh sets OMP_NUM_THREADS to the CPUs
+    each run gets (1 in a local sweep, which runs one seed per core)"""
     async_envs: bool = False
     """step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of
     one after another in this process: the same games, the same run. For machines with cores to spare beside
@@ -97,8 +97,8 @@ class Args:
     """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
     most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
-    come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
+    one given here is refused; its checkpoint settings too, unless given here)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the game scores"""
     eval_episodes: int = 10

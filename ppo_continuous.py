@@ -45,8 +45,8 @@ class Args:
     cuda: bool = False
     """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
     threads: int = 1
-    """torch CPU threads; one, as these 64-64 MLPs are too small to share out (one thread beat two on the same
-    MLPs in a CartPole loop: ~3850 against ~2500-3000 steps/s), and a sweep can then run one seed per core"""
+    """torch CPU threads; one, as these 64-64 MLPs are too small to share out across threads, and a sweep can
+    then run one seed per core"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -71,8 +71,8 @@ class Args:
     """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
     most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
-    come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
+    one given here is refused; its checkpoint settings too, unless given here)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10

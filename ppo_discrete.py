@@ -66,8 +66,8 @@ class Args:
     """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
     most M minutes"""
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (hyperparameters and checkpoint settings
-    come from the checkpoint)"""
+    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
+    one given here is refused; its checkpoint settings too, unless given here)"""
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10

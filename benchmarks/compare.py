@@ -649,7 +649,8 @@ def main(argv=None):
     p.add_argument("logdirs", nargs="*", default=[str(REPO / "benchmarks" / "sweeps")],
                    help="directories searched for event files (default: benchmarks/sweeps)")
     p.add_argument("--script", default="runs",
-                   help="script name for runs outside a sweep layout (default: %(default)s)")
+                   help="script name for runs outside a sweep layout whose logged settings do not name their script "
+                        "(default: %(default)s)")
     p.add_argument("--env", action="append", dest="envs", help="only this env id (repeatable)")
     p.add_argument("--variant", action="append", dest="variants", help="only this variant (repeatable)")
     p.add_argument("--baseline", help="variant the others are compared with (default: 'default' if present, "
