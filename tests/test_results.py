@@ -10,6 +10,8 @@ temporary folder) on the TensorBoard events committed in the folder, and:
   is in it too.
 A folder whose events are not in the repository must say so in its README ("not recomputable from the
 repository until re-run"); it is skipped by that marker, and the marker must go once events are committed.
+While such a folder is being re-run, the re-run's events go to its rerun/ folder, and every finished re-run
+seed must reproduce the figure its README published for that env and seed.
 """
 
 import contextlib
@@ -50,10 +52,6 @@ def current_text(readme):
 
 def recomputable(folder):
     return MARKER not in (RESULTS / folder / "README.md").read_text().lower()
-
-
-def has_events(folder):
-    return any((RESULTS / folder).rglob("events.out.tfevents.*"))
 
 
 def compare_command(folder):
@@ -107,10 +105,18 @@ def test_there_are_results_to_check():
     assert any(recomputable(f) for f in FOLDERS)
 
 
+def has_events(folder, outside_rerun=False):
+    events = (RESULTS / folder).rglob("events.out.tfevents.*")
+    if outside_rerun:
+        events = (p for p in events if "rerun" not in p.relative_to(RESULTS / folder).parts[:1])
+    return any(events)
+
+
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_comparison_is_regenerated_from_the_committed_events(folder, tmp_dir):
     if not recomputable(folder):
-        assert not has_events(folder), f"{folder}/ has events now: remove the '{MARKER}' marker from its README"
+        assert not has_events(folder, outside_rerun=True), (
+            f"{folder}/ has events now: remove the '{MARKER}' marker from its README")
         pytest.skip(f"{folder}/README.md: {MARKER}")
     assert has_events(folder), (f"{folder}/ holds no TensorBoard events: commit them, or say in its README "
                                 f"that it is {MARKER}")
@@ -172,3 +178,36 @@ def test_top_level_readme_quotes_the_folders_tables(tmp_dir):
         row = default_row(table_text(homes[0], tmp_dir), script, env)
         assert row is not None and quoted[0] in row, (
             f"README.md quotes {quoted[0]} for {script} / {env}; {homes[0]}/ has: {row}")
+
+
+def per_seed_figures(readme, env):
+    """The per-seed lists ("a, b, c": seeds 1, 2, 3) in the README's table rows of `env`."""
+    lists = []
+    for line in normalize(readme).splitlines():
+        if line.startswith(f"| {env} |"):
+            for cell in line.split("|"):
+                items = [x.strip().strip("*") for x in cell.split(",")]
+                if len(items) > 1 and all(re.fullmatch(r"-?\d+\.\d+", x) for x in items):
+                    lists.append(items)
+    return lists
+
+
+RERUNS = [f for f in FOLDERS if not recomputable(f) and (RESULTS / f / "rerun").is_dir()]
+
+
+@pytest.mark.parametrize("folder", RERUNS)
+def test_rerun_seeds_reproduce_the_published_figures(folder):
+    """Same code arithmetic, same seed, CPU: a re-run ends on the figure the folder published, to the
+    hundredth. Each finished re-run seed must be at its seed's place in a per-seed list of its env's rows."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            runs = compare.find_runs([RESULTS / folder / "rerun"])
+    except compare.CompareError:  # nothing finished yet
+        return
+    readme = (RESULTS / folder / "README.md").read_text()
+    for run in runs:
+        figure = compare.fmt(compare.run_return(run.returns))
+        lists = per_seed_figures(readme, run.env)
+        assert any(len(items) >= run.seed and items[run.seed - 1] == figure for items in lists), (
+            f"{folder}/rerun: {run.env} / {run.variant} / seed {run.seed} ended on {figure}; "
+            f"{folder}/README.md publishes {lists}")
