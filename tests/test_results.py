@@ -108,7 +108,7 @@ def test_there_are_results_to_check():
 def has_events(folder, outside_rerun=False):
     events = (RESULTS / folder).rglob("events.out.tfevents.*")
     if outside_rerun:
-        events = (p for p in events if "rerun" not in p.relative_to(RESULTS / folder).parts[:1])
+        events = (p for p in events if p.relative_to(RESULTS / folder).parts[0] != "rerun")
     return any(events)
 
 
