@@ -180,14 +180,24 @@ def test_top_level_readme_quotes_the_folders_tables(tmp_dir):
             f"README.md quotes {quoted[0]} for {script} / {env}; {homes[0]}/ has: {row}")
 
 
-def per_seed_figures(readme, env):
-    """The per-seed lists ("a, b, c": seeds 1, 2, 3) in the README's table rows of `env`."""
-    lists = []
-    for line in normalize(readme).splitlines():
-        if line.startswith(f"| {env} |"):
-            for cell in line.split("|"):
+# How a README's table heads the figure column of each re-run variant; the per-seed list is the column after it.
+VARIANT_COLUMNS = {"default": "bootstrap on", "no-bootstrap-truncation": "bootstrap off"}
+
+
+def per_seed_figures(readme, env, variant):
+    """The per-seed lists ("a, b, c": seeds 1, 2, 3) in the README's table rows of `env`, in the columns
+    that follow a column headed with the variant's label."""
+    lists, header = [], []
+    lines = normalize(readme).splitlines()
+    for line, next_line in zip(lines, lines[1:] + [""]):
+        cells = [c.strip() for c in line.split("|")]
+        if next_line.startswith("|---"):
+            header = cells
+        elif line.startswith(f"| {env} |"):
+            for i, cell in enumerate(cells):
                 items = [x.strip().strip("*") for x in cell.split(",")]
-                if len(items) > 1 and all(re.fullmatch(r"-?\d+\.\d+", x) for x in items):
+                if (len(items) > 1 and all(re.fullmatch(r"-?\d+\.\d+", x) for x in items)
+                        and 0 < i <= len(header) and VARIANT_COLUMNS[variant] in header[i - 1]):
                     lists.append(items)
     return lists
 
@@ -198,7 +208,7 @@ RERUNS = [f for f in FOLDERS if not recomputable(f) and (RESULTS / f / "rerun").
 @pytest.mark.parametrize("folder", RERUNS)
 def test_rerun_seeds_reproduce_the_published_figures(folder):
     """Same code arithmetic, same seed, CPU: a re-run ends on the figure the folder published, to the
-    hundredth. Each finished re-run seed must be at its seed's place in a per-seed list of its env's rows."""
+    hundredth. Each finished re-run seed must be at its seed's place in a per-seed list of its env and variant."""
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             runs = compare.find_runs([RESULTS / folder / "rerun"])
@@ -207,7 +217,8 @@ def test_rerun_seeds_reproduce_the_published_figures(folder):
     readme = (RESULTS / folder / "README.md").read_text()
     for run in runs:
         figure = compare.fmt(compare.run_return(run.returns))
-        lists = per_seed_figures(readme, run.env)
+        lists = per_seed_figures(readme, run.env, run.variant)
+        assert lists, f"{folder}/README.md has no per-seed list for {run.env} / {run.variant}"
         assert any(len(items) >= run.seed and items[run.seed - 1] == figure for items in lists), (
             f"{folder}/rerun: {run.env} / {run.variant} / seed {run.seed} ended on {figure}; "
             f"{folder}/README.md publishes {lists}")
