@@ -217,6 +217,7 @@ def test_rerun_seeds_reproduce_the_published_figures(folder):
     readme = (RESULTS / folder / "README.md").read_text()
     for run in runs:
         figure = compare.fmt(compare.run_return(run.returns))
+        assert run.variant in VARIANT_COLUMNS, f"{folder}/rerun: add the column label of variant {run.variant}"
         lists = per_seed_figures(readme, run.env, run.variant)
         assert lists, f"{folder}/README.md has no per-seed list for {run.env} / {run.variant}"
         assert any(len(items) >= run.seed and items[run.seed - 1] == figure for items in lists), (
