@@ -10,8 +10,8 @@ temporary folder) on the TensorBoard events committed in the folder, and:
   is in it too.
 A folder whose events are not in the repository must say so in its README ("not recomputable from the
 repository until re-run"); it is skipped by that marker, and the marker must go once events are committed.
-While such a folder is being re-run, the re-run's events go to its rerun/ folder, and every finished re-run
-seed must reproduce the figure its README published for that env and seed.
+Such a folder is re-run into its rerun/ folder; every finished re-run seed must reproduce the figure its
+README published for that env and seed, while the re-run is under way and after.
 """
 
 import contextlib
@@ -202,7 +202,9 @@ def per_seed_figures(readme, env, variant):
     return lists
 
 
-RERUNS = [f for f in FOLDERS if not recomputable(f) and (RESULTS / f / "rerun").is_dir()]
+# A folder re-run because its first events were lost: its comparison now comes from rerun/, and each re-run seed
+# must still be the figure first published for it (the README's per-seed lists).
+RERUNS = [f for f in FOLDERS if (RESULTS / f / "rerun").is_dir()]
 
 
 @pytest.mark.parametrize("folder", RERUNS)
@@ -223,3 +225,51 @@ def test_rerun_seeds_reproduce_the_published_figures(folder):
         assert any(len(items) >= run.seed and items[run.seed - 1] == figure for items in lists), (
             f"{folder}/rerun: {run.env} / {run.variant} / seed {run.seed} ended on {figure}; "
             f"{folder}/README.md publishes {lists}")
+
+
+# Speed figures. benchmarks/throughput.sh prints one line per run, "COMMAND | SPS N | runs/RUN"; each measurement
+# folder of throughput/ keeps that output as throughput.txt beside the runs' events. The figures the READMEs
+# quote in bold (the throughput page's tables of `ppo_*.py` rows, the index's throughput row and the top-level
+# README's speed paragraph) are the newest measurement's.
+THROUGHPUT = RESULTS / "throughput"
+SPS_LINE = re.compile(r"(?P<command>.+) \| SPS (?P<sps>\d+) \| (?P<run>runs/\S+)")
+BOLD_INTEGER = re.compile(r"\*\*(\d+)\*\*")
+
+
+def throughput_measurements():
+    """{measurement folder: [(command, SPS, run directory)]}, oldest first (the folders are named by date)."""
+    measurements = {}
+    for output in sorted(THROUGHPUT.glob("*/throughput.txt")):
+        lines = [SPS_LINE.fullmatch(line) for line in output.read_text().splitlines() if line.strip()]
+        assert all(lines), f"{output.relative_to(REPO)}: a line is not 'COMMAND | SPS N | runs/RUN'"
+        measurements[output.parent] = [(m["command"], int(m["sps"]), output.parent / m["run"]) for m in lines]
+    return measurements
+
+
+def test_throughput_figures_are_read_from_committed_events():
+    measurements = throughput_measurements()
+    assert measurements, "benchmarks/results/throughput/ holds no measurement with its runs' events"
+    for folder, lines in measurements.items():
+        for command, sps, run in lines:
+            _, sps_events, *_ = compare.load_events(run)
+            assert sps_events, f"{run.relative_to(REPO)} holds no charts/SPS events ({command})"
+            assert int(sps_events[-1].value) == sps, f"{command}: throughput.txt says {sps}, its events say otherwise"
+
+
+def bold_integers(text):
+    return {int(x) for x in BOLD_INTEGER.findall(normalize(text))}
+
+
+def test_speed_quotes_are_the_newest_measurement():
+    newest = {sps for _, sps, _ in list(throughput_measurements().values())[-1]}
+    page = current_text((THROUGHPUT / "README.md").read_text())
+    quotes = {
+        "throughput/README.md's tables": "\n".join(l for l in page.splitlines() if l.startswith("| `ppo_")),
+        "benchmarks/results/README.md's throughput row": next(
+            l for l in (RESULTS / "README.md").read_text().splitlines() if l.startswith("| [throughput/]")),
+        "README.md's speed paragraph": next(
+            p for p in (REPO / "README.md").read_text().split("\n\n") if p.startswith("Speed on")),
+    }
+    for where, text in quotes.items():
+        assert bold_integers(text) == newest, (
+            f"{where} quotes {sorted(bold_integers(text))} in bold; the newest measurement is {sorted(newest)}")
