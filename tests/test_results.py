@@ -12,6 +12,8 @@ A folder whose events are not in the repository must say so in its README ("not 
 repository until re-run"); it is skipped by that marker, and the marker must go once events are committed.
 Such a folder is re-run into its rerun/ folder; every finished re-run seed must reproduce the figure its
 README published for that env and seed, while the re-run is under way and after.
+The speed figures of throughput/ are read back from the events of the runs that logged them, and the ones the
+READMEs quote must be the newest measurement's.
 """
 
 import contextlib
@@ -265,11 +267,12 @@ def test_speed_quotes_are_the_newest_measurement():
     page = current_text((THROUGHPUT / "README.md").read_text())
     quotes = {
         "throughput/README.md's tables": "\n".join(l for l in page.splitlines() if l.startswith("| `ppo_")),
-        "benchmarks/results/README.md's throughput row": next(
+        "benchmarks/results/README.md's throughput row": "\n".join(
             l for l in (RESULTS / "README.md").read_text().splitlines() if l.startswith("| [throughput/]")),
-        "README.md's speed paragraph": next(
+        "README.md's speed paragraph (the one that starts 'Speed on')": "\n\n".join(
             p for p in (REPO / "README.md").read_text().split("\n\n") if p.startswith("Speed on")),
     }
     for where, text in quotes.items():
+        assert text, f"{where} is missing"
         assert bold_integers(text) == newest, (
             f"{where} quotes {sorted(bold_integers(text))} in bold; the newest measurement is {sorted(newest)}")
