@@ -263,7 +263,9 @@ def bold_integers(text):
 
 
 def test_speed_quotes_are_the_newest_measurement():
-    newest = {sps for _, sps, _ in list(throughput_measurements().values())[-1]}
+    measurements = list(throughput_measurements().values())
+    assert measurements, "benchmarks/results/throughput/ holds no measurement with its runs' events"
+    newest = {sps for _, sps, _ in measurements[-1]}
     page = current_text((THROUGHPUT / "README.md").read_text())
     quotes = {
         "throughput/README.md's tables": "\n".join(l for l in page.splitlines() if l.startswith("| `ppo_")),
