@@ -226,6 +226,26 @@ def value_loss(new_values, old_values, returns, clip_coef, clip=True):
     return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
 
 
+def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args):
+    """[core-10] The loss of one minibatch, to minimise: policy loss - ent_coef * entropy + vf_coef * value
+    loss, one loss for one optimizer. old_logprob and old_value are what the rollout stored: the ratio is
+    taken against the policy that acted. Returns (loss, diagnostics as detached scalars)."""
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    if args.norm_adv:
+        advantages = normalize(advantages)  # [core-7] the advantages, never the value targets
+    pg_loss = -clipped_surrogate(ratio, advantages, clip_coef).mean()
+    v_loss = value_loss(new_value, old_value, returns, clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    with torch.no_grad():
+        # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
+        stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean()}
+    return loss, stats
+
+
 def explained_variance(predicted, target):
     """[core-12] 1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
     var_target = np.var(target)
@@ -1171,21 +1191,9 @@ def main():
             for start in range(0, local_batch_size, local_minibatch_size):
                 mb = order[start:start + local_minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-                logratio = new_logprob - b_logprobs[mb]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
-
-                mb_advantages = normalize(b_advantages[mb]) if args.norm_adv else b_advantages[mb]
-                pg_loss = -clipped_surrogate(ratio, mb_advantages, clip_coef).mean()
-                v_loss = value_loss(new_value, b_values[mb], b_returns[mb], clip_coef, args.clip_vloss)
-                entropy_loss = entropy.mean()
-                # [core-10] One loss, one optimizer for the shared trunk and both heads.
-                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+                loss, stats = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
+                                       b_advantages[mb], b_returns[mb], clip_coef, args)
+                clipfracs.append(stats["clipfrac"])
                 if any_process(not torch.isfinite(loss), device):  # [aux-2] on any process: all stop
                     writer.close()  # keep the logs that explain the divergence
                     fail(f"the loss is not finite at step {global_step}; stopping "
@@ -1199,7 +1207,7 @@ def main():
                 optimizer.step()
 
             # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
-            if args.target_kl is not None and mean_over_processes(approx_kl) > args.target_kl:
+            if args.target_kl is not None and mean_over_processes(stats["approx_kl"]) > args.target_kl:
                 break
         check_in_sync(agent, global_step)
 
@@ -1208,11 +1216,8 @@ def main():
         sps = progress.steps_per_second(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
+            writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
