@@ -195,10 +195,10 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
     with torch.no_grad():
         # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
-        stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
-                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
-                 "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean()}
-    return loss, stats
+        metrics = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
+                   "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                   "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean()}
+    return loss, metrics
 
 
 def explained_variance(predicted, target):
@@ -742,9 +742,9 @@ def main():
             for start in range(0, batch_size, minibatch_size):
                 mb = order[start:start + minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-                loss, stats = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                       b_advantages[mb], b_returns[mb], clip_coef, args)
-                clipfracs.append(stats["clipfrac"])
+                loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
+                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                clipfracs.append(metrics["clipfrac"])
                 if not torch.isfinite(loss):
                     writer.close()  # keep the logs that explain the divergence
                     fail(f"loss became {loss.item()} at step {global_step}; stopping "
@@ -757,7 +757,7 @@ def main():
                 optimizer.step()
 
             # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
-            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+            if args.target_kl is not None and metrics["approx_kl"] > args.target_kl:
                 break
 
         # --- log ---
@@ -766,7 +766,7 @@ def main():
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
-            writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
+            writer.add_scalar(f"losses/{name}", metrics[name].item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance",
                           explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
