@@ -723,6 +723,17 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
     os.replace(tmp, path)
 
 
+def restore_checkpoint(ckpt, agent, optimizer):
+    """What save_checkpoint wrote, put back: the network, Adam's moments and step counts, and the generators.
+    Returns (the first iteration still to train, the step reached)."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    if ckpt["rng"].get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    return ckpt["iteration"] + 1, ckpt["global_step"]
+
+
 def rng_states():
     """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
     drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
@@ -935,6 +946,13 @@ def init_distributed(device):
         dist.init_process_group("gloo")
 
 
+def envs_of_this_process(total_envs):
+    """This process steps envs first .. first + count - 1 of the run's --num-envs, and trains on its share of
+    every batch and minibatch: (count, first). The processes' shares are disjoint and cover every env."""
+    count = total_envs // WORLD_SIZE
+    return count, RANK * count
+
+
 def average_gradients(model):
     """Each process's loss is the mean over its equal slice of the minibatch, so the mean of the processes'
     gradients is the gradient of the whole minibatch's loss. One flat all-reduce instead of one per tensor."""
@@ -1079,9 +1097,7 @@ def main():
         video_dir = f"videos/{run_name}"
     ckpt_path = os.path.join(run_dir, "checkpoint.pt")
 
-    # [aux-2] Under torchrun, this process steps envs first_env .. first_env + num_envs - 1 of the run's
-    # --num-envs, and trains on its share of every batch and minibatch.
-    num_envs, first_env = args.num_envs // WORLD_SIZE, RANK * (args.num_envs // WORLD_SIZE)
+    num_envs, first_env = envs_of_this_process(args.num_envs)  # [aux-2] all of them in one process
     local_batch_size, local_minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
 
     # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
@@ -1104,12 +1120,7 @@ def main():
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = 1, 0
     if ckpt is not None:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if ckpt["rng"].get("cuda") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer)
     if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
         torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
 

@@ -525,6 +525,17 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
     os.replace(tmp, path)
 
 
+def restore_checkpoint(ckpt, agent, optimizer):
+    """What save_checkpoint wrote, put back: the network, Adam's moments and step counts, and the generators.
+    Returns (the first iteration still to train, the step reached)."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    if ckpt["rng"].get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    return ckpt["iteration"] + 1, ckpt["global_step"]
+
+
 def rng_states():
     """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
     drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
@@ -779,12 +790,7 @@ def main():
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = 1, 0
     if ckpt is not None:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if ckpt["rng"].get("cuda") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer)
 
     writer = open_logs(args, run_name, run_dir, resumed_at=global_step if ckpt else None)
 

@@ -10,16 +10,58 @@ Plain functions (import them with `from conftest import ...`; pytest puts this d
 - only_run_dir(cwd)              the single run directory under cwd/runs (asserts there is exactly one)
 - read_scalars(path)             {tag: [(step, value), ...]} from a run directory or one event file
 - load_script(name)              import REPO_ROOT/<name>.py as a module (cached), for unit tests
+- SCRIPTS                        the three training scripts' names
+- main_in_process(module, args, cwd, monkeypatch, capsys)  a script's main() in this process:
+                                 (exit code, stderr, stdout)
+
+Autouse: every test gets the signal handlers it started with back (a main() run in-process installs its own,
+which would otherwise swallow pytest's SIGTERM and first Ctrl-C for the rest of the session).
 """
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ["ppo_discrete", "ppo_continuous", "ppo_atari"]
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers_after_each_test():
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def main_in_process(module, args, cwd, monkeypatch, capsys):
+    """module.main() in this process, in cwd: returns (exit code, stderr, stdout). Any exception but
+    SystemExit propagates (it is what would have printed a traceback). The global settings main() changes
+    (torch threads, distributions' argument checks) are put back."""
+    import torch
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
+                        torch.distributions.Distribution._validate_args)
+    monkeypatch.setattr(sys, "argv", [Path(module.__file__).name, *map(str, args)])
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        module.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return code, captured.err, captured.out
 
 
 def script_env(**extra):

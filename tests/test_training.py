@@ -1,0 +1,598 @@
+"""The training loop of all three scripts, watched from inside: what reaches the loss, the optimizer and the
+checkpoint. Tests that a realistic one-line bug in an update, an option, a resume or a checkpoint write fails.
+
+Each in-process run wraps the script's own functions (main() looks them up in its module at call time) and
+registers a hook on every optimizer step, so a test asserts on what the update really did: the ratio against
+the stored log-probability, the learning rate and clip range of each iteration, the gradient norm after
+clipping, the number of updates an early stop leaves, the state a resume starts from. `benchmarks/mutation_check.py`
+applies the bugs these tests are meant to catch and checks that they do.
+"""
+
+import math
+import os
+import re
+import signal
+import sys
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from conftest import SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_scripts
+
+# Tiny runs: 4 iterations of 128 steps, 4 epochs of 4 minibatches of 32 (16 updates an iteration).
+TINY = {
+    "ppo_discrete": ["--total-timesteps", 512, "--num-envs", 2, "--num-steps", 64],
+    "ppo_continuous": ["--env-id", "Pendulum-v1", "--total-timesteps", 512, "--num-steps", 128,
+                       "--num-minibatches", 4, "--update-epochs", 4],
+    "ppo_atari": ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", 512, "--num-envs", 2,
+                  "--num-steps", 64, "--no-cuda", "--threads", 1],
+}
+ITERATIONS, MINIBATCHES, EPOCHS, BATCH = 4, 4, 4, 128
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class Watch:
+    """Records every ppo_loss call (inputs and result) and every optimizer step (learning rate and the norm of
+    the gradient it applies) of a main() run in this process."""
+
+    def __init__(self, module, monkeypatch):
+        self.losses, self.steps = [], []
+        real_loss = module.ppo_loss
+
+        def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args):
+            loss, metrics = real_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns,
+                                      clip_coef, args)
+            with torch.no_grad():
+                self.losses.append(SimpleNamespace(
+                    ratio=(new_logprob - old_logprob).exp().clone(), new_value=new_value.clone(),
+                    old_value=old_value.clone(), advantages=advantages.clone(), returns=returns.clone(),
+                    clip_coef=clip_coef, norm_adv=args.norm_adv, clip_vloss=args.clip_vloss, metrics=metrics,
+                    step=len(self.steps)))
+            return loss, metrics
+
+        monkeypatch.setattr(module, "ppo_loss", ppo_loss)
+        self.hook = register_optimizer_step_pre_hook(self._before_step)
+        self.first_step = None
+
+    def _before_step(self, optimizer, args, kwargs):
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
+        if self.first_step is None:  # the state the first update starts from
+            self.first_step = {"params": [p.detach().clone() for p in params],
+                               "adam": [{k: v.clone() for k, v in optimizer.state[p].items()} for p in params]}
+        self.steps.append(SimpleNamespace(lr=optimizer.param_groups[0]["lr"], grad_norm=norm))
+
+    def close(self):
+        self.hook.remove()
+
+
+@pytest.fixture
+def watch(monkeypatch):
+    watches = []
+
+    def start(module):
+        watches.append(Watch(module, monkeypatch))
+        return watches[-1]
+
+    yield start
+    for w in watches:
+        w.close()
+
+
+def watched_run(script, extra, tmp_path, monkeypatch, capsys, watch):
+    module = load_script(script)
+    w = watch(module)
+    code, err, out = main_in_process(module, [*TINY[script], "--no-progress", *extra], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    return module, w
+
+
+def default_lr(module):
+    return module.Args.learning_rate
+
+
+# ----------------------------------------------------------------------------------------------
+# One run per script on its defaults (with a gradient clip small enough to act on every update, and an
+# early-stop threshold that never stops), asserted from several sides
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=SCRIPTS)
+def default_run(request, tmp_path, monkeypatch, capsys, watch):
+    module, w = watched_run(request.param, ["--max-grad-norm", 0.01, "--target-kl", 1e9, "--save-model"],
+                            tmp_path, monkeypatch, capsys, watch)
+    return SimpleNamespace(script=request.param, module=module, watch=w, cwd=tmp_path)
+
+
+def test_the_update_takes_the_ratio_against_the_stored_log_prob(default_run):
+    """The first minibatch of each iteration meets the policy that acted: ratio 1 (to rounding), nothing
+    clipped. Later minibatches meet an updated policy: the ratio has moved."""
+    losses = default_run.watch.losses
+    assert len(losses) == ITERATIONS * EPOCHS * MINIBATCHES
+    for first in losses[::EPOCHS * MINIBATCHES]:
+        assert (first.ratio - 1).abs().max().item() <= 1e-5
+        assert first.metrics["clipfrac"].item() == 0.0
+    for iteration in range(ITERATIONS):
+        later = losses[iteration * EPOCHS * MINIBATCHES + 1:(iteration + 1) * EPOCHS * MINIBATCHES]
+        assert max((call.ratio - 1).abs().max().item() for call in later) > 1e-3, f"iteration {iteration + 1}"
+
+
+def test_the_gradient_norm_is_clipped(default_run):
+    norms = [s.grad_norm for s in default_run.watch.steps]
+    assert len(norms) == ITERATIONS * EPOCHS * MINIBATCHES
+    assert max(norms) <= 0.01 * (1 + 1e-4)
+    assert min(norms) >= 0.01 * (1 - 1e-3)  # every raw gradient is larger: the clip acted on each update
+
+
+def test_the_learning_rate_anneals_and_the_clip_range_does_not(default_run):
+    lr, clip = default_lr(default_run.module), default_run.module.Args.clip_coef
+    steps, losses = default_run.watch.steps, default_run.watch.losses
+    for i in range(ITERATIONS):
+        updates = steps[i * EPOCHS * MINIBATCHES:(i + 1) * EPOCHS * MINIBATCHES]
+        assert all(s.lr == pytest.approx(lr * (1 - i / ITERATIONS)) for s in updates), f"iteration {i + 1}"
+    assert {call.clip_coef for call in losses} == {clip}
+    assert all(call.norm_adv and call.clip_vloss for call in losses)
+
+
+def test_a_large_target_kl_never_stops_the_epochs(default_run):
+    assert len(default_run.watch.steps) == ITERATIONS * EPOCHS * MINIBATCHES
+
+
+def test_logged_diagnostics_are_the_last_minibatchs(default_run):
+    """What the run logs is what the loss computed (the last minibatch's), and the KL is positive."""
+    scalars = read_scalars(run_dirs(default_run.cwd)[0])
+    last = default_run.watch.losses[EPOCHS * MINIBATCHES - 1::EPOCHS * MINIBATCHES]
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl"):
+        logged = [v for _, v in scalars[f"losses/{name}"]]
+        np.testing.assert_allclose(logged, [call.metrics[name].item() for call in last], rtol=1e-6, err_msg=name)
+    assert all(v > 0 for _, v in scalars["losses/approx_kl"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Options, each with its effect
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_options_constant_lr_annealed_clip_early_stop_no_value_clip_no_advantage_norm(script, tmp_path, monkeypatch,
+                                                                                       capsys, watch):
+    module, w = watched_run(script, ["--no-anneal-lr", "--anneal-clip", "--target-kl", 1e-12, "--no-clip-vloss",
+                                     "--no-norm-adv"], tmp_path, monkeypatch, capsys, watch)
+    lr, clip = default_lr(module), module.Args.clip_coef
+    # --target-kl: the first epoch always runs; after it the KL is above any tiny target, so each iteration stops.
+    assert len(w.steps) == ITERATIONS * MINIBATCHES
+    assert len(w.losses) == ITERATIONS * MINIBATCHES
+    # --no-anneal-lr: the same learning rate for every update.
+    assert {s.lr for s in w.steps} == {lr}
+    # --anneal-clip: the clip range falls with the iterations, as the learning rate otherwise does.
+    for i in range(ITERATIONS):
+        calls = w.losses[i * MINIBATCHES:(i + 1) * MINIBATCHES]
+        assert all(c.clip_coef == pytest.approx(clip * (1 - i / ITERATIONS)) for c in calls), f"iteration {i + 1}"
+    for call in w.losses:
+        assert not call.norm_adv and not call.clip_vloss
+        # The loss the run used: raw advantages in the surrogate, the plain squared error for the value.
+        r, a, c = call.ratio, call.advantages, call.clip_coef
+        expected_pg = -torch.min(r * a, r.clamp(1 - c, 1 + c) * a).mean()
+        assert call.metrics["policy_loss"].item() == pytest.approx(expected_pg.item(), rel=1e-5, abs=1e-7)
+        expected_v = 0.5 * ((call.new_value - call.returns) ** 2).mean()
+        assert call.metrics["value_loss"].item() == pytest.approx(expected_v.item(), rel=1e-5)
+    assert any(call.advantages.std().item() > 1.5 or abs(call.advantages.mean().item()) > 0.1 for call in w.losses)
+
+
+@pytest.mark.parametrize("flags, normalised_obs, scaled_rewards", [
+    ([], True, True), (["--no-norm-obs"], False, True), (["--no-norm-reward"], True, False),
+])
+def test_continuous_normalisation_flags(flags, normalised_obs, scaled_rewards, tmp_path, monkeypatch, capsys, watch):
+    pc = load_script("ppo_continuous")
+    calls = {"normalize_obs": 0, "scale_reward": 0}
+    for name in calls:
+        real = getattr(pc, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+
+        monkeypatch.setattr(pc, name, counted)
+    watched_run("ppo_continuous", [*flags, "--save-model"], tmp_path, monkeypatch, capsys, watch)
+    assert (calls["normalize_obs"] > 0) == normalised_obs and (calls["scale_reward"] > 0) == scaled_rewards
+    ckpt = torch.load(run_dirs(tmp_path)[0] / "checkpoint.pt", map_location="cpu", weights_only=True)
+    # Statistics that are not used do not move from their start (count 1e-4, mean 0, var 1).
+    assert (ckpt["obs_rms"]["count"] > 1) == normalised_obs
+    assert (ckpt["return_rms"]["count"] > 1) == scaled_rewards
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_loss_that_is_not_finite_stops_the_run_with_one_error_line(script, tmp_path, monkeypatch, capsys):
+    module = load_script(script)
+    real, calls = module.ppo_loss, [0]
+
+    def diverging(*a):
+        loss, metrics = real(*a)
+        calls[0] += 1
+        return (loss * float("nan") if calls[0] == 2 * EPOCHS * MINIBATCHES + 3 else loss), metrics
+
+    monkeypatch.setattr(module, "ppo_loss", diverging)
+    code, err, out = main_in_process(module, [*TINY[script], "--no-progress"], tmp_path, monkeypatch, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "loss" in lines[0], err
+    assert "step 384" in lines[0]  # in the third iteration
+    assert calls[0] == 2 * EPOCHS * MINIBATCHES + 3  # no update after it
+    # The logs that explain the divergence are kept: the two finished iterations are on disk.
+    assert [s for s, _ in read_scalars(run_dirs(tmp_path)[0])["losses/approx_kl"]] == [BATCH, 2 * BATCH]
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation follows --no-eval-greedy / --no-eval-deterministic
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """One tiny finished run per script, with its checkpoint."""
+    jobs = {s: (s, [*TINY[s], "--no-progress", "--save-model"], tmp_path_factory.mktemp(s)) for s in SCRIPTS}
+    results = run_scripts(list(jobs.values()))
+    for (script, _, cwd), result in zip(jobs.values(), results):
+        assert result.returncode == 0, result.stderr
+    return {s: run_dirs(cwd)[0] / "checkpoint.pt" for s, (_, _, cwd) in jobs.items()}
+
+
+EVAL_FLAG = {"ppo_discrete": "eval-greedy", "ppo_continuous": "eval-deterministic", "ppo_atari": "eval-greedy"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("best", [True, False])
+def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, tmp_path, monkeypatch, capsys):
+    """Greedy (deterministic) evaluation plays the most likely action (the mean) at every step; with the flag
+    off it samples, and then not every action is the most likely one."""
+    module = load_script(script)
+    played = []
+    if script == "ppo_continuous":
+        real_mean = module.Agent.get_action_and_value
+
+        def record(self, obs, action=None):
+            result = real_mean(self, obs, action)
+            played.append((self.actor_mean(obs).detach().clone(), result[0].detach().clone()))
+            return result
+
+        monkeypatch.setattr(module.Agent, "get_action_and_value", record)
+    else:
+        real_act = module.Agent.act
+
+        def record(self, obs, greedy):
+            action = real_act(self, obs, greedy)
+            logits = self.actor(self.features(obs)) if script == "ppo_atari" else self.actor(obs)
+            played.append((logits.argmax(-1).clone(), action.clone()))
+            return action
+
+        monkeypatch.setattr(module.Agent, "act", record)
+    flag = f"--{EVAL_FLAG[script]}" if best else f"--no-{EVAL_FLAG[script]}"
+    episodes = 1 if script == "ppo_atari" else 2
+    code, err, out = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", episodes,
+                                              flag], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert ("(greedy)" in out or "(deterministic)" in out) == best and ("(sampled)" in out) != best
+    if script == "ppo_continuous":
+        # Deterministic evaluation never samples; sampled evaluation draws every action around the mean.
+        assert (len(played) == 0) == best
+        if not best:
+            assert all(not torch.equal(mean, action) for mean, action in played)
+        return
+    assert played
+    same = [bool(torch.equal(best_action, action)) for best_action, action in played]
+    assert all(same) if best else not all(same)
+
+
+# ----------------------------------------------------------------------------------------------
+# Truncation: bootstrapped from V(final observation), never from the next episode's first
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def short_episodes(monkeypatch):
+    """Envs whose episodes end by a time limit within a few steps: CartPole and Pendulum after 10 steps, and
+    Breakout after 80 frames (20 agent steps) through ALE's own frame limit."""
+    gym.register(id="CartPoleTenSteps-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+                 max_episode_steps=10)
+    gym.register(id="PendulumTenSteps-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+                 max_episode_steps=10)
+    atari = load_script("ppo_atari")
+    real_make = atari.gym.make
+
+    def make(env_id, **kwargs):
+        if "NoFrameskip" in env_id:  # ppo_atari's gym is everyone's gym
+            kwargs["max_num_frames_per_episode"] = 80
+        return real_make(env_id, **kwargs)
+
+    monkeypatch.setattr(atari.gym, "make", make)
+    yield {"ppo_discrete": ["--env-id", "CartPoleTenSteps-v0"],
+           "ppo_continuous": ["--env-id", "PendulumTenSteps-v0", "--no-norm-obs"],
+           "ppo_atari": []}
+    for env_id in ("CartPoleTenSteps-v0", "PendulumTenSteps-v0"):
+        gym.envs.registry.pop(env_id, None)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_truncations_are_bootstrapped_from_the_final_observation(script, short_episodes, tmp_path, monkeypatch,
+                                                                 capsys):
+    module = load_script(script)
+    infos, value_calls, boots = [], [], []
+    real_step, real_value, real_boot = gym.vector.SyncVectorEnv.step, module.Agent.get_value, module.bootstrap_truncated
+
+    def step(self, actions):
+        result = real_step(self, actions)
+        infos.append((result[0], result[4]))
+        return result
+
+    def get_value(self, obs):
+        value = real_value(self, obs)
+        value_calls.append((obs.clone(), value.clone()))
+        return value
+
+    def bootstrap(rewards, truncated, final_values, gamma):
+        boots.append((truncated.copy(), np.array(final_values, copy=True), infos[-1], value_calls[-1]))
+        return real_boot(rewards, truncated, final_values, gamma)
+
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "step", step)
+    monkeypatch.setattr(module.Agent, "get_value", get_value)
+    monkeypatch.setattr(module, "bootstrap_truncated", bootstrap)
+    tiny = TINY[script][2:] if script == "ppo_continuous" else TINY[script]  # without its --env-id
+    code, err, _ = main_in_process(module, [*tiny, *short_episodes[script], "--no-progress"], tmp_path,
+                                   monkeypatch, capsys)
+    assert code == 0, err
+    assert len(boots) >= 5, "the truncation branch hardly ran"
+    differs_from_reset = 0
+    for truncated, final_values, (next_obs, info), (value_input, value_output) in boots:
+        final_obs = np.stack(info["final_obs"][truncated])
+        # V was computed on the final observations of the truncated episodes, not on the reset observations.
+        np.testing.assert_array_equal(value_input.numpy(), final_obs.astype(value_input.numpy().dtype))
+        differs_from_reset += not np.array_equal(final_obs, next_obs[truncated])
+        np.testing.assert_allclose(final_values[truncated], value_output.numpy(), rtol=0, atol=1e-6)
+        assert np.all(final_values[~truncated] == 0)
+    assert differs_from_reset == len(boots)  # so the check above tells the two apart
+
+
+# ----------------------------------------------------------------------------------------------
+# An update moves the policy the way its advantages say, and the entropy bonus raises entropy
+# ----------------------------------------------------------------------------------------------
+
+
+def policy_head(script, agent):
+    return {"ppo_discrete": lambda: agent.actor[-1], "ppo_continuous": lambda: agent.actor_mean[-1],
+            "ppo_atari": lambda: agent.actor}[script]()
+
+
+def agent_and_batch(script, n=64, seed=0):
+    """A fresh network of the script and a batch of observations with actions sampled from it."""
+    module = load_script(script)
+    torch.manual_seed(seed)
+    if script == "ppo_discrete":
+        agent, obs = module.Agent(4, 3), torch.randn(n, 4)
+    elif script == "ppo_continuous":
+        agent, obs = module.Agent(3, 2), torch.randn(n, 3)
+    else:
+        agent, obs = module.Agent(4), torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        action, logprob, _, value = agent.get_action_and_value(obs)
+    return module, agent, obs, action, logprob, value
+
+
+def one_update(module, agent, obs, action, logprob, value, advantages, **settings):
+    optimizer = torch.optim.SGD(agent.parameters(), lr=settings.pop("lr", 0.05))
+    args = SimpleNamespace(**{**dict(norm_adv=True, clip_vloss=True, ent_coef=0.0, vf_coef=0.0), **settings})
+    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, action)
+    loss, _ = module.ppo_loss(new_logprob, entropy, new_value, logprob, value, advantages, value + advantages,
+                              module.Args.clip_coef, args)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        _, after, entropy_after, _ = agent.get_action_and_value(obs, action)
+    return after, entropy.detach(), entropy_after
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_one_update_raises_the_log_prob_of_good_actions_and_lowers_that_of_bad_ones(script):
+    module, agent, obs, action, logprob, value = agent_and_batch(script)
+    advantages = torch.where(torch.arange(len(obs)) % 2 == 0, 1.0, -1.0)
+    after, _, _ = one_update(module, agent, obs, action, logprob, value, advantages)
+    change = after - logprob
+    assert change[advantages > 0].mean() > 0 > change[advantages < 0].mean()
+    assert (change * advantages).sum() > 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_entropy_bonus_raises_entropy(script):
+    module, agent, obs, action, logprob, value = agent_and_batch(script)
+    if script != "ppo_continuous":  # away from the near-uniform start, where entropy is already at its maximum
+        with torch.no_grad():
+            policy_head(script, agent).weight.mul_(300)
+    _, before, after = one_update(module, agent, obs, action, logprob, value, torch.zeros(len(obs)),
+                                  norm_adv=False, ent_coef=1.0, lr=1e-4)
+    assert after.mean() > before.mean()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_value_loss_moves_the_value_towards_its_target(script):
+    module, agent, obs, action, logprob, value = agent_and_batch(script)
+    advantages = torch.full((len(obs),), 0.1)  # targets 0.1 above the current values: within the clip range
+    one_update(module, agent, obs, action, logprob, value, advantages, norm_adv=False, vf_coef=1.0, lr=1e-4)
+    with torch.no_grad():
+        new_value = agent.get_value(obs)
+    assert ((new_value - (value + advantages)).abs().mean() < advantages.abs().mean())
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_initial_policy_output_gain_is_001_and_value_output_gain_1(script):
+    """[core-2] Orthogonal output layers: every singular value of the policy head is 0.01, of the value head 1."""
+    module, agent, *_ = agent_and_batch(script)
+    policy, value = policy_head(script, agent), agent.critic if script == "ppo_atari" else agent.critic[-1]
+    for layer, gain in ((policy, 0.01), (value, 1.0)):
+        singular = torch.linalg.svdvals(layer.weight.detach())
+        torch.testing.assert_close(singular, torch.full_like(singular, gain), rtol=1e-4, atol=0)
+        assert torch.all(layer.bias == 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints: atomic, synced; a resume starts from exactly the saved state
+# ----------------------------------------------------------------------------------------------
+
+
+def tiny_state(script, seed):
+    module, agent, obs, action, logprob, value = agent_and_batch(script, n=16, seed=seed)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
+    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, action)
+    (-(new_logprob * torch.randn(16)).mean() + new_value.pow(2).mean()).backward()
+    optimizer.step()  # Adam has moments and a step count now
+    return module, agent, optimizer
+
+
+def save(module, path, agent, optimizer, rng, step):
+    args = module.Args()
+    if module.SCRIPT == "ppo_continuous":
+        stats = {"obs_rms": module.RunningMeanStd((3,)).state_dict(), "return_rms": module.RunningMeanStd().state_dict()}
+        module.save_checkpoint(path, agent, optimizer, stats, args, "run", step, step // 128, rng)
+    else:
+        module.save_checkpoint(path, agent, optimizer, args, "run", step, step // 128, rng)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_restore_puts_back_weights_adam_moments_and_generators(script, tmp_path):
+    module, agent, optimizer = tiny_state(script, seed=1)
+    torch.manual_seed(77)
+    rng = module.rng_states()
+    expected_draw = torch.rand(5)
+    path = tmp_path / "checkpoint.pt"
+    save(module, str(path), agent, optimizer, rng, 256)
+
+    _, fresh_agent, fresh_optimizer = tiny_state(script, seed=2)  # other weights, other moments
+    torch.manual_seed(5)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    assert module.restore_checkpoint(ckpt, fresh_agent, fresh_optimizer) == (256 // 128 + 1, 256)
+    for p, q in zip(agent.parameters(), fresh_agent.parameters()):
+        assert torch.equal(p, q)
+    for p, q in zip(agent.parameters(), fresh_agent.parameters()):
+        saved, restored = optimizer.state[p], fresh_optimizer.state[q]
+        assert saved.keys() == restored.keys() and {"exp_avg", "exp_avg_sq", "step"} <= saved.keys()
+        for key in saved:
+            assert torch.equal(saved[key], restored[key]), key
+    assert torch.equal(torch.rand(5), expected_draw)  # the generator goes on from where it was saved
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_crash_during_a_checkpoint_write_leaves_the_previous_one(script, tmp_path, monkeypatch):
+    module, agent, optimizer = tiny_state(script, seed=1)
+    path = str(tmp_path / "checkpoint.pt")
+    save(module, path, agent, optimizer, module.rng_states(), 128)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(module.os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                        real_fsync(fd)))
+    monkeypatch.setattr(module.os, "replace", lambda a, b: (events.append(("replace", str(a), str(b))),
+                                                            real_replace(a, b)))
+    save(module, path, agent, optimizer, module.rng_states(), 256)
+    # The new checkpoint went to another file, was synced, and only then renamed over the old one.
+    assert [e[0] for e in events] == ["fsync", "replace"]
+    assert events[0][1] == os.path.realpath(events[1][1]) != os.path.realpath(path)
+    assert events[1][2] == path
+
+    def crash(obj, f, *a, **k):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module.torch, "save", crash)
+    with pytest.raises(OSError):
+        save(module, path, agent, optimizer, module.rng_states(), 384)
+    assert torch.load(path, map_location="cpu", weights_only=True)["global_step"] == 256
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_resumed_run_starts_its_first_update_from_the_saved_state(script, checkpoints, tmp_path, monkeypatch,
+                                                                    capsys, watch):
+    """A finished run's checkpoint, set back to iteration 2 of 4: the resumed run trains iterations 3 and 4,
+    and its first update starts from the saved weights and Adam moments, after a rollout drawn from the saved
+    generator state."""
+    module = load_script(script)
+    ckpt = torch.load(checkpoints[script], map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 2, 2 * BATCH
+    run_dir = tmp_path / "runs" / ckpt["run_name"]
+    run_dir.mkdir(parents=True)
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    restored_rng = []
+    real_restore = module.restore_checkpoint
+
+    def restore(*a):
+        result = real_restore(*a)
+        restored_rng.append(torch.get_rng_state())
+        return result
+
+    monkeypatch.setattr(module, "restore_checkpoint", restore)
+    w = watch(module)
+    code, err, _ = main_in_process(module, ["--resume", run_dir / "checkpoint.pt", "--no-progress"], tmp_path,
+                                   monkeypatch, capsys)
+    assert code == 0, err
+    assert len(w.steps) == 2 * EPOCHS * MINIBATCHES
+    assert torch.equal(restored_rng[0], ckpt["rng"]["torch"])
+    saved = list(ckpt["model"].values())  # the parameters, in the order the optimizer holds them
+    assert len(saved) == len(w.first_step["params"])
+    for restored, saved_param in zip(w.first_step["params"], saved):
+        assert torch.equal(restored, saved_param)
+    saved_adam = ckpt["optimizer"]["state"]
+    for i, state in enumerate(w.first_step["adam"]):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(state[key], saved_adam[i][key]), (i, key)
+
+
+# ----------------------------------------------------------------------------------------------
+# torchrun: each process steps its own envs
+# ----------------------------------------------------------------------------------------------
+
+
+def test_torchrun_processes_step_disjoint_envs_that_cover_the_run(monkeypatch):
+    atari = load_script("ppo_atari")
+    monkeypatch.setattr(atari, "WORLD_SIZE", 4)
+    shares = []
+    for rank in range(4):
+        monkeypatch.setattr(atari, "RANK", rank)
+        count, first = atari.envs_of_this_process(8)
+        shares += list(range(first, first + count))
+    assert sorted(shares) == list(range(8))
+
+
+# ----------------------------------------------------------------------------------------------
+# Learning: a short run clearly beats a random policy
+# ----------------------------------------------------------------------------------------------
+
+
+def test_short_runs_learn(tmp_path):
+    """Behaviour, not speed: CartPole-v1 (a random policy scores about 22) and InvertedPendulum-v5 (about 5)
+    after 16k steps, 3 seeds each, score far above random. A flipped sign, a stale ratio that never clips or a
+    broken advantage fails this."""
+    jobs = []
+    for seed in (1, 2, 3):
+        jobs.append(("ppo_discrete", ["--total-timesteps", 16384, "--learning-rate", 1e-3, "--seed", seed,
+                                      "--no-progress"], tmp_path / f"cartpole{seed}"))
+        jobs.append(("ppo_continuous", ["--env-id", "InvertedPendulum-v5", "--total-timesteps", 16384, "--seed", seed,
+                                        "--no-progress"], tmp_path / f"pendulum{seed}"))
+    for _, _, cwd in jobs:
+        cwd.mkdir()
+    scores = {}
+    for (script, args, cwd), result in zip(jobs, run_scripts(jobs, max_workers=2)):
+        assert result.returncode == 0, result.stderr
+        returns = [v for _, v in read_scalars(run_dirs(cwd)[0])["charts/episodic_return"]]
+        scores[cwd.name] = float(np.mean(returns[-20:]))
+    cartpole = [scores[f"cartpole{s}"] for s in (1, 2, 3)]
+    pendulum = [scores[f"pendulum{s}"] for s in (1, 2, 3)]
+    assert min(cartpole) > 100, scores
+    assert min(pendulum) > 40, scores
