@@ -32,11 +32,6 @@ def sweep(*args, env=None, timeout=240):
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})}, cwd=REPO)
 
 
-def done_info(seed_dir):
-    fields = dict(line.split(" ", 1) for line in (seed_dir / "done").read_text().splitlines())
-    return int(fields["started"]), int(fields["finished"])
-
-
 def event_files(seed_dir):
     return sorted((seed_dir / "runs").rglob("events.out.tfevents.*"))
 
@@ -349,10 +344,7 @@ def test_sweep_runs_in_parallel_and_reports_failures(local_sweep):
         assert first.startswith(f"cd {d} && OMP_NUM_THREADS=1 ")
         assert f"{SCRIPT} --env-id CartPole-v1 --seed {seed} --exp-name default --save-model " \
                "--checkpoint-minutes 5 --total-timesteps 1024 --num-envs 2 --num-steps 128" in first
-    # -j 2: the two CartPole runs ran at the same time ...
-    (s1, f1), (s2, f2) = (done_info(vdir / "CartPole-v1" / f"seed{s}") for s in (1, 2))
-    assert max(s1, s2) < min(f1, f2)
-    # ... and never more than two ran at once (a start is printed before a run begins, its end after it exits).
+    # -j 2: two runs at once, never more (a start is printed before a run begins, its end after it exits).
     running, most = 0, 0
     for line in r.stdout.splitlines():
         running += ("] start " in line) - line.startswith(("sweep.sh: finished ", "sweep.sh: FAILED "))

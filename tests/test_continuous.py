@@ -523,7 +523,7 @@ def test_capture_video_writes_mp4_in_training_and_of_every_evaluated_episode(tmp
     env.pop("MUJOCO_GL", None)  # the script picks headless EGL itself
     result = run_script(SCRIPT, "--env-id", "InvertedPendulum-v5", *TINY, "--capture-video", "--save-model",
                         cwd=tmp_path, env=env)
-    if result.returncode != 0 and ("EGL" in result.stderr or "egl" in result.stderr):
+    if result.returncode != 0 and ("EGL" in result.stderr or "egl" in result.stderr) and not os.environ.get("CI"):
         pytest.skip(f"headless MuJoCo rendering (EGL) unavailable here: {result.stderr.strip().splitlines()[-1]}")
     _ok(result)
     assert result.stderr == ""

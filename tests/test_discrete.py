@@ -384,33 +384,6 @@ def test_agent_initialisation(obs_size, n_actions):
     torch.testing.assert_close(probs, torch.full_like(probs, 1.0 / n_actions), atol=0.02, rtol=0)
 
 
-def test_first_minibatch_ratio_is_one_and_clipfrac_zero():
-    """Rollout as the script does it (one batch of num_envs at a time, under inference_mode), then the
-    first shuffled minibatch of the first epoch, recomputed with gradients, before any update."""
-    torch.manual_seed(3)
-    num_steps, num_envs, obs_size = 32, 4, 4
-    agent = pd.Agent(obs_size, 2)
-    obs = torch.randn(num_steps, num_envs, obs_size)
-    actions = torch.zeros(num_steps, num_envs, dtype=torch.long)
-    logprobs = torch.zeros(num_steps, num_envs)
-    for s in range(num_steps):
-        with torch.inference_mode():
-            a, lp, _, _ = agent.get_action_and_value(obs[s])
-        actions[s], logprobs[s] = a, lp
-    assert len(actions.unique()) == 2  # both actions sampled
-    b_obs, b_actions, b_logprobs = obs.reshape(-1, obs_size), actions.reshape(-1), logprobs.reshape(-1)
-    mb = torch.randperm(num_steps * num_envs)[: num_steps * num_envs // 4]
-    _, new_logprob, entropy, _ = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-    ratio = (new_logprob - b_logprobs[mb]).exp()
-    assert ratio.requires_grad
-    assert torch.all((ratio - 1).abs() <= 1e-6), ratio
-    clipfrac = ((ratio - 1.0).abs() > 0.2).float().mean().item()
-    assert clipfrac == 0.0
-    approx_kl = ((ratio - 1) - (new_logprob - b_logprobs[mb])).mean().item()
-    assert abs(approx_kl) < 1e-6
-    assert torch.all(entropy > 0)
-
-
 def test_agent_act_greedy_is_argmax():
     torch.manual_seed(0)
     agent = pd.Agent(4, 3)
@@ -465,9 +438,10 @@ def test_run_writes_every_tensorboard_tag(base):
     assert all(v >= 1 and v == int(v) for _, v in lengths)
     assert all(v > 0 for _, v in scalars["charts/SPS"])
     assert all(0.0 <= v <= 1.0 for _, v in scalars["losses/clipfrac"])
-    assert all(v >= 0.0 for _, v in scalars["losses/approx_kl"])
-    assert all(0.0 < v <= math.log(2) + 1e-6 for _, v in scalars["losses/entropy"])
-    assert all(v <= 1.0 for _, v in scalars["losses/explained_variance"])
+    assert all(v > 0.0 for _, v in scalars["losses/approx_kl"])  # the policy moved in every update
+    # [core-2] gain 0.01: the policy starts near uniform over CartPole's 2 actions, and sharpens as it learns.
+    entropies = [v for _, v in scalars["losses/entropy"]]
+    assert abs(entropies[0] - math.log(2)) < 0.01 and entropies[-1] < entropies[0]
     assert "checkpoint saved to" in base["result"].stdout
 
 
@@ -579,8 +553,7 @@ def test_evaluate_checkpoint(followups, greedy):
     assert len(lines) == 1, result.stdout
     match = re.search(r"(-?[\d.]+) \+- ([\d.]+) over 3 episodes", lines[0])
     assert match, lines[0]
-    mean, std = float(match[1]), float(match[2])
-    assert 1.0 <= mean <= 500.0 and 0.0 <= std <= 250.0
+    # What a greedy or sampled evaluation plays is tested in test_training.py (test_evaluation_takes_...).
     assert ("(greedy)" if greedy else "(sampled)") in lines[0]
     assert not (cwd / "runs").exists()  # evaluation does not start a run
 

@@ -216,8 +216,8 @@ def test_rerun_seeds_reproduce_the_published_figures(folder):
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             runs = compare.find_runs([RESULTS / folder / "rerun"])
-    except compare.CompareError:  # nothing finished yet
-        return
+    except compare.CompareError as e:
+        pytest.fail(f"{folder}/rerun holds no finished run to check: {e}")
     readme = (RESULTS / folder / "README.md").read_text()
     for run in runs:
         figure = compare.fmt(compare.run_return(run.returns))

@@ -501,6 +501,8 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 @pytest.fixture(scope="module")
 def slurm(request):
     missing = [b for b in SLURM_BINARIES if shutil.which(b, path=SBIN_PATH) is None]
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"Slurm is not installed ({', '.join(missing)} not found): .ci/run installs it")
     if missing:
         pytest.skip(f"Slurm is not installed ({', '.join(missing)} not found); "
                     "apt-get install -y slurm-wlm munge provides it")
