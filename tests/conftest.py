@@ -59,7 +59,8 @@ def main_in_process(module, args, cwd, monkeypatch, capsys):
     except SystemExit as e:
         code = e.code
     finally:
-        torch.set_num_threads(threads)
+        if torch.get_num_threads() != threads:  # only where main() changed it (a test may count the calls)
+            torch.set_num_threads(threads)
     captured = capsys.readouterr()
     return code, captured.err, captured.out
 

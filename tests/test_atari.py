@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
+from conftest import (REPO_ROOT, load_script, main_in_process, only_run_dir, read_scalars, run_script, run_scripts,
+                      script_env)
 
 SCRIPT = "ppo_atari"
 pa = load_script(SCRIPT)
@@ -581,24 +582,8 @@ def fail_line(args, cwd, monkeypatch, capsys):
 
 
 def run_main_in_process(args, cwd, monkeypatch, capsys):
-    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
-    which is what would have printed a traceback."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
-                        torch.distributions.Distribution._validate_args)
-    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
-    threads = torch.get_num_threads()
-    capsys.readouterr()
-    try:
-        pa.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        if torch.get_num_threads() != threads:  # --threads given
-            torch.set_num_threads(threads)
-    captured = capsys.readouterr()
-    return code, captured.err, captured.out
+    """main() in this process: (exit code, stderr, stdout)."""
+    return main_in_process(pa, args, cwd, monkeypatch, capsys)
 
 
 def test_output_to_a_file_says_what_the_run_does(trained):

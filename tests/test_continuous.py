@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
+from conftest import (REPO_ROOT, load_script, main_in_process, only_run_dir, read_scalars, run_script, run_scripts,
+                      script_env)
 
 SCRIPT = "ppo_continuous"
 # 4 iterations of 256 steps, 4 minibatches of 64, 2 epochs: a Pendulum run logs 5 episodes of 200 steps.
@@ -34,33 +35,9 @@ def pc():
     return load_script(SCRIPT)
 
 
-@pytest.fixture(autouse=True)
-def restore_signal_handlers():
-    """main() in this process installs its stop handlers: put pytest's back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def run_main_in_process(pc, args, cwd, monkeypatch, capsys):
-    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
-    which is what would have printed a traceback."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
-                        torch.distributions.Distribution._validate_args)
-    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
-    threads = torch.get_num_threads()
-    capsys.readouterr()
-    try:
-        pc.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        torch.set_num_threads(threads)
-    captured = capsys.readouterr()
-    return code, captured.err, captured.out
+    """main() in this process: (exit code, stderr, stdout); conftest restores the signal handlers after it."""
+    return main_in_process(pc, args, cwd, monkeypatch, capsys)
 
 
 def _ok(result):
@@ -698,18 +675,6 @@ def test_every_numeric_setting_is_range_checked(pc, tmp_path, monkeypatch, capsy
 # ----------------------------------------------------------------------------------------------
 # 8. Truncation bootstrapping
 # ----------------------------------------------------------------------------------------------
-
-
-def test_bootstrap_truncated_adds_gamma_v_only_where_truncated(pc):
-    rewards = np.array([1.0, 2.0, 3.0, 4.0])
-    truncated = np.array([True, False, False, True])
-    final_values = np.array([10.0, 20.0, 30.0, -5.0])  # values where not truncated must be ignored
-    out = pc.bootstrap_truncated(rewards, truncated, final_values, 0.9)
-    np.testing.assert_allclose(out, [1.0 + 9.0, 2.0, 3.0, 4.0 - 4.5])
-    np.testing.assert_array_equal(rewards, [1.0, 2.0, 3.0, 4.0])  # input left alone
-    out = pc.bootstrap_truncated(torch.tensor(rewards), torch.tensor(truncated, dtype=torch.float64),
-                                 torch.tensor(final_values), 0.5)
-    torch.testing.assert_close(out, torch.tensor([6.0, 2.0, 3.0, 1.5], dtype=torch.float64))
 
 
 def test_no_bootstrap_truncation_runs_and_changes_the_targets(pendulum_run, tmp_path):

@@ -1,4 +1,5 @@
-"""Tests of ppo_discrete.py: the math as pure functions, the network, and tiny end-to-end runs.
+"""Tests of ppo_discrete.py: GAE's edge cases, the network, and tiny end-to-end runs (the math every script
+shares is held to worked numbers in test_math.py, the training loop in test_training.py).
 
 End-to-end runs are subprocesses with a fresh temporary directory as cwd (the script writes runs/ and
 videos/ relative to it). Independent runs are started together to keep the file fast on two cores.
@@ -19,7 +20,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, run_script, run_scripts, script_env
+from conftest import (REPO_ROOT, load_script, main_in_process, only_run_dir, read_scalars, run_script, run_scripts,
+                      script_env)
 
 SCRIPT = "ppo_discrete"
 pd = load_script(SCRIPT)
@@ -53,23 +55,8 @@ def t(x):
 
 
 def run_main_in_process(args, cwd, monkeypatch, capsys):
-    """main() in this process: returns (exit code, stderr, stdout). Any exception but SystemExit propagates,
-    which is what would have printed a traceback."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
-                        torch.distributions.Distribution._validate_args)
-    monkeypatch.setattr(sys, "argv", [f"{SCRIPT}.py", *map(str, args)])
-    threads = torch.get_num_threads()
-    capsys.readouterr()
-    try:
-        pd.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        torch.set_num_threads(threads)
-    captured = capsys.readouterr()
-    return code, captured.err, captured.out
+    """main() in this process: (exit code, stderr, stdout)."""
+    return main_in_process(pd, args, cwd, monkeypatch, capsys)
 
 
 def assert_ok(result):
@@ -79,18 +66,6 @@ def assert_ok(result):
 # ----------------------------------------------------------------------------------------------
 # GAE [core-5]
 # ----------------------------------------------------------------------------------------------
-
-
-def test_gae_worked_example():
-    rewards = t([[-1.0], [-1.0], [-1.0]])
-    values = t([[-2.5], [-1.8], [-0.9]])
-    dones = t([[0.0], [0.0], [1.0]])  # the last step is terminal
-    last_value = t([123.0])  # must be ignored: the episode ended on the last step
-    adv, ret = pd.compute_gae(rewards, values, dones, last_value, GAMMA, LAMBDA)
-    assert adv.shape == ret.shape == (3, 1)
-    torch.testing.assert_close(adv[:, 0], t([-0.45604, -0.18505, -0.1]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(ret[:, 0], t([-2.95604, -1.98505, -1.0]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(ret, adv + values)
 
 
 def test_gae_episode_boundary_inside_rollout_cuts_bootstrap():
@@ -123,56 +98,9 @@ def test_gae_bootstraps_last_value_when_rollout_ends_mid_episode():
     torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def _gae_reference(rewards, values, dones, last_value, gamma, lam):
-    """Forward definition: A_t = sum_k (gamma*lam)^k delta_{t+k}, stopping after the step that ends the episode."""
-    steps, envs = rewards.shape
-    next_values = np.concatenate([values[1:], last_value[None]], axis=0)
-    deltas = rewards + gamma * next_values * (1 - dones) - values
-    adv = np.zeros_like(rewards)
-    for e in range(envs):
-        for s in range(steps):
-            total, discount = 0.0, 1.0
-            for k in range(s, steps):
-                total += discount * deltas[k, e]
-                if dones[k, e]:
-                    break
-                discount *= gamma * lam
-            adv[s, e] = total
-    return adv
-
-
-def test_gae_matches_forward_definition_on_several_envs():
-    rng = np.random.default_rng(0)
-    rewards = rng.normal(size=(7, 3))
-    values = rng.normal(size=(7, 3))
-    dones = np.zeros((7, 3))
-    dones[2, 0] = dones[5, 0] = 1  # two episodes end inside env 0's rollout
-    dones[6, 1] = 1  # env 1 ends on the last step; env 2 never ends
-    last_value = rng.normal(size=3)
-    adv, ret = pd.compute_gae(t(rewards), t(values), t(dones), t(last_value), GAMMA, LAMBDA)
-    expected = _gae_reference(rewards, values, dones, last_value, GAMMA, LAMBDA)
-    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-5)
-    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-5)
-
-
 # ----------------------------------------------------------------------------------------------
 # Truncation
 # ----------------------------------------------------------------------------------------------
-
-
-def test_bootstrap_truncated_adds_discounted_final_value_only_where_truncated():
-    # The script calls it with numpy arrays straight from the vector env: float64 rewards, bool mask.
-    rewards = np.array([1.0, 1.0, 1.0])
-    truncated = np.array([False, True, False])
-    final_values = np.array([0.0, 6.0, 0.0])
-    out = pd.bootstrap_truncated(rewards, truncated, final_values, GAMMA)
-    np.testing.assert_allclose(out, [1.0, 1.0 + 0.99 * 6.0, 1.0], rtol=0, atol=1e-12)
-    # A non-zero final value where the mask is off must not leak in.
-    out = pd.bootstrap_truncated(rewards, truncated, np.array([5.0, 6.0, 7.0]), GAMMA)
-    np.testing.assert_allclose(out, [1.0, 1.0 + 0.99 * 6.0, 1.0], rtol=0, atol=1e-12)
-    # Works on tensors too.
-    out = pd.bootstrap_truncated(t([0.5, 2.0]), t([1.0, 0.0]), t([-4.0, 9.0]), 0.9)
-    torch.testing.assert_close(out, t([0.5 - 3.6, 2.0]))
 
 
 def test_truncated_step_target_includes_final_value_terminated_does_not():
@@ -276,23 +204,6 @@ def test_training_loop_bootstraps_truncations_with_final_obs(bootstrap, short_ti
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ratio, adv, objective, grad", [
-    (1.5, 2.0, 2.4, 0.0),
-    (0.7, -1.0, -0.8, 0.0),
-    (1.3, 0.5, 0.6, 0.0),
-    (0.9, -2.0, -1.8, -2.0),
-])
-def test_clipped_surrogate_worked_examples(ratio, adv, objective, grad):
-    r = torch.tensor([ratio], dtype=torch.float32, requires_grad=True)
-    out = pd.clipped_surrogate(r, torch.tensor([adv]), 0.2)
-    assert out.item() == pytest.approx(objective, abs=1e-6)
-    out.sum().backward()
-    if grad == 0.0:
-        assert r.grad.item() == 0.0  # exactly zero, not just small
-    else:
-        assert r.grad.item() == pytest.approx(grad, abs=1e-6)
-
-
 def test_clipped_surrogate_batch_gradients():
     r = torch.tensor([1.5, 0.7, 1.3, 0.9, 1.1], requires_grad=True)
     a = torch.tensor([2.0, -1.0, 0.5, -2.0, 3.0])
@@ -300,46 +211,6 @@ def test_clipped_surrogate_batch_gradients():
     torch.testing.assert_close(out.detach(), t([2.4, -0.8, 0.6, -1.8, 3.3]))
     out.sum().backward()
     assert r.grad.tolist() == [0.0, 0.0, 0.0, -2.0, 3.0]
-
-
-def test_value_loss_clipped_and_unclipped_on_hand_numbers():
-    new = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    old = t([0.5, 2.1, 2.5])
-    returns = t([2.0, 1.0, 2.0])
-    # Unclipped: squared errors 1, 1, 1 -> 0.5 * mean = 0.5
-    assert pd.value_loss(new, old, returns, 0.2, clip=False).item() == pytest.approx(0.5, abs=1e-6)
-    # Clipped values: 0.5+0.2=0.7 -> 1.69; 2.1-0.1=2.0 -> 1; 2.5+0.2=2.7 -> 0.49 (the plain 1 wins).
-    # max: 1.69, 1, 1 -> 0.5 * 3.69 / 3 = 0.615
-    loss = pd.value_loss(new, old, returns, 0.2, clip=True)
-    assert loss.item() == pytest.approx(0.615, abs=1e-6)
-    loss.backward()
-    # Sample 0 is decided by the clipped term, which is constant in new[0]: no gradient.
-    # Samples 1 and 2 by the plain term: d/dnew 0.5/3 * (new - ret)^2 = (new - ret) / 3.
-    torch.testing.assert_close(new.grad, t([0.0, 1.0 / 3, 1.0 / 3]))
-
-
-# ----------------------------------------------------------------------------------------------
-# Normalisation and diagnostics [core-7, core-12]
-# ----------------------------------------------------------------------------------------------
-
-
-def test_normalize_gives_zero_mean_unit_std():
-    x = torch.tensor([1.0, 2.0, 3.0, 10.0, -4.0]) * 7.0 + 3.0
-    y = pd.normalize(x)
-    assert abs(y.mean().item()) < 1e-6
-    assert y.std().item() == pytest.approx(1.0, abs=1e-6)
-    # A monotone map: the order is kept.
-    assert torch.equal(torch.argsort(y), torch.argsort(x))
-
-
-def test_explained_variance():
-    rng = np.random.default_rng(1)
-    target = rng.normal(size=100)
-    assert pd.explained_variance(target.copy(), target) == pytest.approx(1.0, abs=1e-12)
-    assert pd.explained_variance(np.full(100, target.mean()), target) == pytest.approx(0.0, abs=1e-12)
-    assert pd.explained_variance(target + 1.0, target) == pytest.approx(1.0, abs=1e-12)  # constant offset
-    assert pd.explained_variance(np.zeros(100), target) < 1.0
-    assert math.isnan(pd.explained_variance(rng.normal(size=10), np.full(10, 3.0)))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,11 +8,7 @@ clipping, the number of updates an early stop leaves, the state a resume starts 
 applies the bugs these tests are meant to catch and checks that they do.
 """
 
-import math
 import os
-import re
-import signal
-import sys
 from types import SimpleNamespace
 
 import gymnasium as gym
