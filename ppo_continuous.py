@@ -1,9 +1,10 @@
 """PPO for continuous actions (MuJoCo: HalfCheetah, Hopper, Walker2d, ...; also Pendulum-v1).
 
-One file, read top to bottom: settings, the math as small pure functions, the normalisation statistics,
-the network, the environment, checkpoints, what a long run says and how it stops, then the training loop in
-`main()`. Tags like `[cont-6]` name the implementation details of Huang et al., "The 37 Implementation
-Details of PPO" (2022); search for them.
+One file, read top to bottom: the settings, the math as small pure functions, the normalisation statistics, the
+network, the environment and the training loop in `train()`: the algorithm. Then, below one banner, the
+operations a long run needs (input checks, checkpoints and resume, stop signals, progress lines, evaluation),
+and a thin `main()`. Tags like `[cont-6]` name the implementation details of Huang et al., "The 37
+Implementation Details of PPO" (2022); search for them.
 
     python ppo_continuous.py --env-id Hopper-v5 --seed 3
     python ppo_continuous.py --help
@@ -12,7 +13,7 @@ SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 stop a run at its next safe point with a che
 iteration (model, optimizer and normalisation statistics), and the command that resumes it.
 """
 
-import contextlib
+
 import math
 import os
 import re
@@ -30,57 +31,13 @@ import torch.nn as nn
 import tyro
 from torch.distributions import Normal
 
+
 SCRIPT = "ppo_continuous"
 
 
 @dataclass
 class Args:
-    # --- experiment ---
-    exp_name: str = SCRIPT
-    """name of this experiment, part of the run name"""
-    seed: int = 1
-    """seed of the run: same seed on CPU, same curve"""
-    torch_deterministic: bool = True
-    """make cuDNN deterministic (only matters with --cuda)"""
-    cuda: bool = False
-    """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
-    threads: int = 1
-    """torch CPU threads; one, as these 64-64 MLPs are too small to share out across threads, and a sweep can
-    then run one seed per core"""
-    track: bool = False
-    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
-    wandb_project_name: str = "ppo-reference"
-    """the wandb project"""
-    wandb_entity: Optional[str] = None
-    """the wandb entity (team)"""
-    capture_video: bool = False
-    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
-    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode
-    (headless: MUJOCO_GL=egl unless set)"""
-    progress: bool = True
-    """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
-    progress_interval: float = 60.0
-    """seconds between the plain progress lines printed when stdout is not a terminal (a log file)"""
-
-    # --- checkpoints and evaluation ---
-    save_model: bool = False
-    """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
-    checkpoint_every: int = 0
-    """also write it every N iterations, and at the end (0: never)"""
-    checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
-    most M minutes"""
-    resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
-    one given here is refused; its checkpoint settings too, unless given here)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
-    eval_episodes: int = 10
-    """episodes to run in evaluation"""
-    eval_deterministic: bool = True
-    """evaluate with the Gaussian mean (--no-eval-deterministic samples from the policy)"""
-
-    # --- algorithm (every field from here on is kept from the checkpoint on resume) ---
+    # --- the algorithm (a resumed run keeps these from its checkpoint, and exp_name and seed) ---
     env_id: str = "HalfCheetah-v5"
     """gymnasium id of an env with a Box action space and a flat Box observation space"""
     total_timesteps: int = 1_000_000
@@ -129,10 +86,55 @@ class Args:
     """bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as
     terminations, exactly like openai/baselines ppo2 and CleanRL"""
 
+    # --- experiment ---
+    exp_name: str = SCRIPT
+    """name of this experiment, part of the run name"""
+    seed: int = 1
+    """seed of the run: same seed on CPU, same curve"""
+    torch_deterministic: bool = True
+    """make cuDNN deterministic (only matters with --cuda)"""
+    cuda: bool = False
+    """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
+    threads: int = 1
+    """torch CPU threads; one, as these 64-64 MLPs are too small to share out across threads, and a sweep can
+    then run one seed per core"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project_name: str = "ppo-reference"
+    """the wandb project"""
+    wandb_entity: Optional[str] = None
+    """the wandb entity (team)"""
+    capture_video: bool = False
+    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
+    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode
+    (headless: MUJOCO_GL=egl unless set)"""
+    progress: bool = True
+    """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
+    progress_interval: float = 60.0
+    """seconds between the plain progress lines printed when stdout is not a terminal (a log file)"""
+
+    # --- checkpoints and evaluation ---
+    save_model: bool = False
+    """write runs/{run_name}/checkpoint.pt at the end of training (a run stopped by a signal always writes it)"""
+    checkpoint_every: int = 0
+    """also write it every N iterations, and at the end (0: never)"""
+    checkpoint_minutes: float = 0.0
+    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
+    most M minutes"""
+    resume: Optional[str] = None
+    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
+    one given here is refused; its checkpoint settings too, unless given here)"""
+    eval_checkpoint: Optional[str] = None
+    """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
+    eval_episodes: int = 10
+    """episodes to run in evaluation"""
+    eval_deterministic: bool = True
+    """evaluate with the Gaussian mean (--no-eval-deterministic samples from the policy)"""
+
 
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
-HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
@@ -308,14 +310,8 @@ class Agent(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# Environment, input checks and checkpoints
+# The environment
 # ----------------------------------------------------------------------------------------------
-
-
-def fail(message):
-    """Bad input ends the program with one line and no traceback."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def gym_make_quietly(env_id, **kwargs):
@@ -364,6 +360,172 @@ def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
         return env
 
     return thunk
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
+    """PPO: collect a rollout of num_envs x num_steps, compute advantages, then epochs of minibatch updates;
+    repeat until total_timesteps. `ckpt` is the checkpoint to resume from, or None; obs_rms and return_rms
+    are the normalisation statistics (the checkpoint's on resume)."""
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
+    run = open_run(args, ckpt, num_iterations)
+    if run is None:
+        return  # a finished run: nothing to train
+
+    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
+    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
+    # first observation of the next one, and the true last observation in info["final_obs"].
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    # Episode statistics see the raw rewards: charts/episodic_return is in the env's own units.
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
+
+    agent = Agent(obs_size, action_size).to(device)
+    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
+    # Adam's update in one call per step instead of one per tensor; it rounds differently in the last bit.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
+
+    # Rollout storage, allocated once.
+    obs = torch.zeros((args.num_steps, args.num_envs, obs_size), device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs, action_size), device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    def observe(raw_obs, update=True):
+        """The network's view of a batch of raw observations; only observations the envs really
+        returned update the shared statistics (not the final observations of ended episodes)."""
+        if not args.norm_obs:
+            return torch.as_tensor(raw_obs, dtype=torch.float32, device=device)
+        if update:
+            obs_rms.update(raw_obs)
+        return torch.as_tensor(normalize_obs(raw_obs, obs_rms, args.clip_obs), dtype=torch.float32, device=device)
+
+    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh episodes
+    next_obs_raw, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
+    next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
+    discounted_return = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=100)
+    control = RunControl(args, run, agent, optimizer, (obs_rms, return_rms), envs, writer, device,
+                         num_iterations * batch_size, start_iteration, global_step)
+
+    for iteration in range(start_iteration, num_iterations + 1):
+        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
+        frac = 1.0 - (iteration - 1.0) / num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
+
+        # --- rollout ---
+        for step in range(args.num_steps):
+            if control.stop:
+                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            # [cont-5] The env gets the action clipped to its bounds; the buffer keeps the unclipped
+            # sample, whose log-prob is the one the policy really assigned.
+            actions[step], logprobs[step], values[step] = action, logprob, value
+            env_action = np.clip(action.cpu().numpy(), action_low, action_high)
+
+            next_obs_raw, reward, terminated, truncated, info = envs.step(env_action)
+            done = terminated | truncated
+            truncated = truncated & ~terminated
+            if args.norm_reward:
+                reward = scale_reward(reward, done, discounted_return, return_rms, args.gamma, args.clip_reward)
+            if args.bootstrap_truncation and truncated.any():
+                # The final observation goes through the same (not updated) statistics as every other input.
+                final_obs = observe(np.stack(info["final_obs"][truncated]), update=False)
+                final_values = np.zeros(args.num_envs)
+                with torch.inference_mode():
+                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
+                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
+            rewards[step] = torch.as_tensor(reward, device=device)
+            dones[step] = torch.as_tensor(done, device=device)
+            next_obs = observe(next_obs_raw)
+
+            if "_episode" in info:
+                for i in np.flatnonzero(info["_episode"]):
+                    episodic_return = float(info["episode"]["r"][i])
+                    recent_returns.append(episodic_return)
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", int(info["episode"]["l"][i]), global_step)
+        if control.stop:
+            break
+
+        # --- advantages ---
+        with torch.inference_mode():
+            last_value = agent.get_value(next_obs)
+        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
+
+        # --- flatten the batch ---
+        b_obs, b_actions = obs.reshape(batch_size, obs_size), actions.reshape(batch_size, action_size)
+        b_logprobs = logprobs.reshape(-1)
+        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+
+        # --- epochs of minibatch updates ---
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
+            order = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                mb = order[start:start + minibatch_size]
+                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
+                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                clipfracs.append(metrics["clipfrac"])
+
+                optimizer.zero_grad()
+                loss.backward()
+                # [core-11] Global gradient-norm clipping.
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
+            if args.target_kl is not None and metrics["approx_kl"] > args.target_kl:
+                break
+        control.check_finite(loss, global_step)
+
+        # --- log ---
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/SPS", control.steps_per_second(global_step), global_step)
+        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
+            writer.add_scalar(f"losses/{name}", metrics[name].item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance",
+                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
+        if not control.end_iteration(iteration, global_step, recent_returns):
+            break
+
+    control.finish(global_step, recent_returns)
+
+
+# ==============================================================================================
+# Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation
+# ==============================================================================================
+
+
+def fail(message):
+    """Bad input ends the program with one line and no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def check_env(env_id):
@@ -472,6 +634,35 @@ def merge_resumed_args(args, ckpt):
     check_args(args, merged=True)  # the merged settings, as they will run
 
 
+@dataclass
+class Run:
+    """Where a run lives: runs/{name}/ holds its logs and checkpoint.pt; its videos go to video_dir."""
+    name: str
+    dir: str
+    video_dir: str
+
+    @property
+    def checkpoint(self):
+        return os.path.join(self.dir, "checkpoint.pt")
+
+
+def open_run(args, ckpt, num_iterations):
+    """The run to train: a new one, or the checkpoint's (None, said so, if it has nothing left to train)."""
+    if ckpt is None:
+        name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join("runs", name)
+        if os.path.exists(run_dir):
+            fail(f"{run_dir} already exists; not overwriting it")
+        return Run(name, run_dir, f"videos/{name}")
+    if ckpt["iteration"] >= num_iterations:
+        print(f"{ckpt['run_name']} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
+              f"to train. To train longer, start a new run with a larger --total-timesteps.")
+        return None
+    # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
+    video_dir = unused_folder(f"videos/{ckpt['run_name']}/resumed-at-step-{ckpt['global_step']}")
+    return Run(ckpt["run_name"], resumed_run_dir(args.resume, ckpt), video_dir)
+
+
 def unused_folder(path):
     """path, or path-2, path-3, ... where that exists: videos are never recorded over earlier ones."""
     candidate, n = path, 1
@@ -536,6 +727,15 @@ def restore_checkpoint(ckpt, agent, optimizer):
     return ckpt["iteration"] + 1, ckpt["global_step"]
 
 
+def restore_statistics(ckpt, obs_size, obs_rms, return_rms):
+    """The checkpoint's normalisation statistics, into obs_rms and return_rms (evaluation needs them too)."""
+    if ckpt["obs_rms"]["mean"].shape != (obs_size,):
+        fail(f"checkpoint observations have shape {tuple(ckpt['obs_rms']['mean'].shape)}, "
+             f"{ckpt['args']['env_id']} has ({obs_size},)")
+    obs_rms.load_state_dict(ckpt["obs_rms"])
+    return_rms.load_state_dict(ckpt["return_rms"])
+
+
 def rng_states():
     """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
     drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
@@ -549,11 +749,6 @@ def checkpoint_due(args, iteration, last_saved_at):
     if args.checkpoint_every and iteration % args.checkpoint_every == 0:
         return True
     return bool(args.checkpoint_minutes) and time.time() - last_saved_at >= 60 * args.checkpoint_minutes
-
-
-# ----------------------------------------------------------------------------------------------
-# Long runs: stop signals, and the lines a run prints
-# ----------------------------------------------------------------------------------------------
 
 
 class StopSignals:
@@ -577,6 +772,66 @@ class StopSignals:
 
     def __bool__(self):
         return self.signum is not None
+
+
+class RunControl:
+    """Everything the training loop needs besides the algorithm, behind four calls: `stop` (a stop was asked
+    for), `check_finite` (after each update), `end_iteration` (what a checkpoint of it holds, the progress
+    line, the periodic checkpoint) and `finish` (the last checkpoint, closing, the last line).
+
+    A checkpoint saves the normalisation statistics of the last whole rollout: a dropped partial rollout has
+    moved them already (the update does not)."""
+
+    def __init__(self, args, run, agent, optimizer, statistics, envs, writer, device, total_steps, start_iteration,
+                 start_step):
+        self.args, self.run, self.agent, self.optimizer, self.envs, self.writer = args, run, agent, optimizer, envs, writer
+        self.obs_rms, self.return_rms = statistics
+        self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
+        announce_start(args, run.dir, device, total_steps, start_step)
+        self.stop, self.last_saved_at = StopSignals(), time.time()
+        self.completed, self.rng, self.stats = start_iteration - 1, rng_states(), self.statistics()
+
+    def statistics(self):
+        return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict()}
+
+    def steps_per_second(self, global_step):
+        return self.progress.steps_per_second(global_step)
+
+    def check_finite(self, loss, global_step):
+        """A loss that is not finite has ruined the network: stop, keeping the logs that explain it."""
+        if not torch.isfinite(loss):
+            self.writer.close()
+            fail(f"loss became {loss.item()} at step {global_step}; stopping "
+                 f"(the last good checkpoint, if any, is left at {self.run.checkpoint})")
+
+    def end_iteration(self, iteration, global_step, recent_returns):
+        """After an iteration's update and logs. False when the loop must stop."""
+        # What a checkpoint of this iteration holds.
+        self.completed, self.rng, self.stats = iteration, rng_states(), self.statistics()
+        self.progress.update(global_step, recent_returns)
+        if self.stop:
+            return False
+        if checkpoint_due(self.args, iteration, self.last_saved_at):
+            self.save(global_step)
+            self.last_saved_at = time.time()
+        return True
+
+    def save(self, global_step):
+        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.stats, self.args, self.run.name,
+                        global_step, self.completed, self.rng, self.writer)
+
+    def finish(self, global_step, recent_returns):
+        self.progress.end_line()
+        stopped = bool(self.stop)  # read once: a signal during the teardown below must not claim a checkpoint
+        saved_at_end = ends_with_checkpoint(self.args, stopped, self.run.checkpoint)
+        completed_steps = self.completed * self.args.num_envs * self.args.num_steps
+        if saved_at_end:
+            self.save(completed_steps)
+        close_run(self.args, self.envs, self.writer)
+        if stopped:
+            exit_after_signal(self.stop.signum, completed_steps, self.run.checkpoint)
+        announce_end(self.progress, global_step, recent_returns, self.run.dir,
+                     self.run.checkpoint if saved_at_end else None)
 
 
 def fmt_duration(seconds):
@@ -634,19 +889,19 @@ def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
           f"logs in {run_dir}{saved}", flush=True)
 
 
-def open_logs(args, run_name, run_dir, resumed_at):
+def open_logs(args, run, resumed_at):
     """The run's TensorBoard writer (and its wandb run, with --track)."""
     if args.track:
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=run_dir)
+        wandb.tensorboard.patch(root_logdir=run.dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
+                   name=run.name, id=run.name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
-    writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
+    writer = SummaryWriter(run.dir, purge_step=None if resumed_at is None else resumed_at + 1)
     if resumed_at is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -703,235 +958,48 @@ def evaluate(agent, obs_rms, args, device, video_dir=None):
     return returns
 
 
+def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
+    """--eval-checkpoint: play the saved policy, with the saved statistics, and print mean +- std of its returns."""
+    for name in ("norm_obs", "clip_obs"):  # the policy must see observations as it was trained
+        setattr(args, name, ckpt["args"][name])
+    agent = Agent(obs_size, action_size).to(device)
+    agent.load_state_dict(ckpt["model"])
+    video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
+    video_dir = unused_folder(video_dir) if args.capture_video else None
+    returns = evaluate(agent, obs_rms, args, device, video_dir)
+    mode = "deterministic" if args.eval_deterministic else "sampled"
+    print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
+          f"of the policy at step {ckpt['global_step']}")
+    if video_dir:
+        print(f"videos of the {len(returns)} episodes in {video_dir}")
+
+
 # ----------------------------------------------------------------------------------------------
-# Training
+# Entry point
 # ----------------------------------------------------------------------------------------------
 
 
 def main():
     args = tyro.cli(Args)
     check_args(args)
-    ckpt = None
-    if args.eval_checkpoint or args.resume:
-        ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args)
+    ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args) if args.eval_checkpoint or args.resume else None
+    if ckpt is not None:
         args.env_id = ckpt["args"]["env_id"]
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # render without a display
     obs_size, action_size = check_env(args.env_id)
-
     torch.set_num_threads(args.threads)
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     obs_rms, return_rms = RunningMeanStd((obs_size,)), RunningMeanStd()
     if ckpt is not None:
-        if ckpt["obs_rms"]["mean"].shape != (obs_size,):
-            fail(f"checkpoint observations have shape {tuple(ckpt['obs_rms']['mean'].shape)}, "
-                 f"{args.env_id} has ({obs_size},)")
-        obs_rms.load_state_dict(ckpt["obs_rms"])
-        return_rms.load_state_dict(ckpt["return_rms"])
-
+        restore_statistics(ckpt, obs_size, obs_rms, return_rms)
     if args.eval_checkpoint:
-        for name in ("norm_obs", "clip_obs"):  # the policy must see observations as it was trained
-            setattr(args, name, ckpt["args"][name])
-        agent = Agent(obs_size, action_size).to(device)
-        agent.load_state_dict(ckpt["model"])
-        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
-        video_dir = unused_folder(video_dir) if args.capture_video else None
-        returns = evaluate(agent, obs_rms, args, device, video_dir)
-        mode = "deterministic" if args.eval_deterministic else "sampled"
-        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
-              f"of the policy at step {ckpt['global_step']}")
-        if video_dir:
-            print(f"videos of the {len(returns)} episodes in {video_dir}")
-        return
-
+        return evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device)
     if ckpt is not None:
         merge_resumed_args(args, ckpt)
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
-    if ckpt is not None:
-        run_name = ckpt["run_name"]
-        run_dir = resumed_run_dir(args.resume, ckpt)
-        if ckpt["iteration"] >= num_iterations:
-            print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
-                  f"to train. To train longer, start a new run with a larger --total-timesteps.")
-            return
-        # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
-        video_dir = unused_folder(f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}")
-    else:
-        run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join("runs", run_name)
-        if os.path.exists(run_dir):
-            fail(f"{run_dir} already exists; not overwriting it")
-        video_dir = f"videos/{run_name}"
-    ckpt_path = os.path.join(run_dir, "checkpoint.pt")
-
-    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
-    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-
-    # [core-1] N envs stepped together. SAME_STEP autoreset: the step that ends an episode returns the
-    # first observation of the next one, and the true last observation in info["final_obs"].
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, video_dir) for i in range(args.num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
-    # Episode statistics see the raw rewards: charts/episodic_return is in the env's own units.
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
-    action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
-
-    agent = Agent(obs_size, action_size).to(device)
-    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
-    # Adam's update in one call per step instead of one per tensor (~20% faster updates here); it rounds
-    # differently in the last bit, so a seed reproduces its curve on the same code, not across this change.
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    start_iteration, global_step = 1, 0
-    if ckpt is not None:
-        start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer)
-
-    writer = open_logs(args, run_name, run_dir, resumed_at=global_step if ckpt else None)
-
-    # Rollout storage, allocated once.
-    obs = torch.zeros((args.num_steps, args.num_envs, obs_size), device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs, action_size), device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
-
-    def observe(raw_obs, update=True):
-        """The network's view of a batch of raw observations; only observations the envs really
-        returned update the shared statistics (not the final observations of ended episodes)."""
-        if not args.norm_obs:
-            return torch.as_tensor(raw_obs, dtype=torch.float32, device=device)
-        if update:
-            obs_rms.update(raw_obs)
-        return torch.as_tensor(normalize_obs(raw_obs, obs_rms, args.clip_obs), dtype=torch.float32, device=device)
-
-    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh episodes
-    next_obs_raw, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
-    next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
-    discounted_return = np.zeros(args.num_envs)
-    recent_returns = deque(maxlen=100)
-    progress = Progress(args.progress, args.progress_interval, num_iterations * batch_size, global_step)
-    announce_start(args, run_dir, device, num_iterations * batch_size, global_step)
-    stop, last_saved_at, completed, rng = StopSignals(), time.time(), start_iteration - 1, rng_states()
-    # A checkpoint saves the statistics of the last whole rollout, not ones a dropped partial rollout has moved.
-    stats = {"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}
-
-    for iteration in range(start_iteration, num_iterations + 1):
-        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
-        frac = 1.0 - (iteration - 1.0) / num_iterations
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
-
-        # --- rollout ---
-        for step in range(args.num_steps):
-            if stop:
-                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
-            global_step += args.num_envs
-            obs[step] = next_obs
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-            # [cont-5] The env gets the action clipped to its bounds; the buffer keeps the unclipped
-            # sample, whose log-prob is the one the policy really assigned.
-            actions[step], logprobs[step], values[step] = action, logprob, value
-            env_action = np.clip(action.cpu().numpy(), action_low, action_high)
-
-            next_obs_raw, reward, terminated, truncated, info = envs.step(env_action)
-            done = terminated | truncated
-            truncated = truncated & ~terminated
-            if args.norm_reward:
-                reward = scale_reward(reward, done, discounted_return, return_rms, args.gamma, args.clip_reward)
-            if args.bootstrap_truncation and truncated.any():
-                # The final observation goes through the same (not updated) statistics as every other input.
-                final_obs = observe(np.stack(info["final_obs"][truncated]), update=False)
-                final_values = np.zeros(args.num_envs)
-                with torch.inference_mode():
-                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
-                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
-            rewards[step] = torch.as_tensor(reward, device=device)
-            dones[step] = torch.as_tensor(done, device=device)
-            next_obs = observe(next_obs_raw)
-
-            if "_episode" in info:
-                for i in np.flatnonzero(info["_episode"]):
-                    episodic_return = float(info["episode"]["r"][i])
-                    recent_returns.append(episodic_return)
-                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                    writer.add_scalar("charts/episodic_length", int(info["episode"]["l"][i]), global_step)
-
-        if stop:
-            break
-        stats = {"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}  # this iteration's
-
-        # --- advantages ---
-        with torch.inference_mode():
-            last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
-
-        # --- flatten the batch ---
-        b_obs, b_actions = obs.reshape(batch_size, obs_size), actions.reshape(batch_size, action_size)
-        b_logprobs = logprobs.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
-
-        # --- epochs of minibatch updates ---
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
-            order = torch.randperm(batch_size, device=device)
-            for start in range(0, batch_size, minibatch_size):
-                mb = order[start:start + minibatch_size]
-                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-                loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                         b_advantages[mb], b_returns[mb], clip_coef, args)
-                clipfracs.append(metrics["clipfrac"])
-                if not torch.isfinite(loss):
-                    writer.close()  # keep the logs that explain the divergence
-                    fail(f"loss became {loss.item()} at step {global_step}; stopping "
-                         f"(the last good checkpoint, if any, is left at {ckpt_path})")
-
-                optimizer.zero_grad()
-                loss.backward()
-                # [core-11] Global gradient-norm clipping.
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
-            if args.target_kl is not None and metrics["approx_kl"] > args.target_kl:
-                break
-
-        # --- log ---
-        completed, rng = iteration, rng_states()  # what a checkpoint of this iteration holds
-        sps = progress.steps_per_second(global_step)
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
-            writer.add_scalar(f"losses/{name}", metrics[name].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance",
-                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
-        progress.update(global_step, recent_returns)
-        if stop:
-            break
-        if checkpoint_due(args, iteration, last_saved_at):
-            save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
-            last_saved_at = time.time()
-
-    progress.end_line()
-    stopped = bool(stop)  # read once: a signal during the teardown below must not claim a checkpoint
-    saved_at_end = ends_with_checkpoint(args, stopped, ckpt_path)
-    if saved_at_end:
-        save_checkpoint(ckpt_path, agent, optimizer, stats, args, run_name, completed * batch_size, completed, rng,
-                        writer)
-    close_run(args, envs, writer)
-    if stopped:
-        exit_after_signal(stop.signum, completed * batch_size, ckpt_path)
-    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)
+    train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device)
 
 
 if __name__ == "__main__":
