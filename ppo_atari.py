@@ -1,9 +1,11 @@
 """PPO for Atari games from pixels (BreakoutNoFrameskip-v4, PongNoFrameskip-v4, ALE/Breakout-v5, ...).
 
-One file, read top to bottom: settings, the math as small pure functions, the Atari preprocessing (one small
-wrapper per detail), the network, the environment, checkpoints, then the training loop in `main()`. Tags like
-`[core-5]` and `[atari-3]` name the implementation details of Huang et al., "The 37 Implementation Details of
-PPO" (2022); search for them.
+One file, read top to bottom: the settings, the math as small pure functions, the Atari preprocessing (one
+small wrapper per detail), the network, the environment and the training loop in `train()`: the algorithm. Then,
+below one banner, the operations a long run needs (input checks, checkpoints and resume, stop signals, progress
+lines, evaluation, torchrun, the faster env paths), and a thin `main()`. Tags like `[core-5]` and `[atari-3]`
+name the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for
+them.
 
 Every ALE id is made with frameskip=1 so that the wrappers here do the skipping (4 frames, max of the last two),
 and keeps its own sticky-action default (NoFrameskip-v4: 0, ALE/*-v5: 0.25) unless --repeat-action-probability.
@@ -18,6 +20,7 @@ with a checkpoint of the last whole iteration, and it prints the command that re
     python ppo_atari.py --checkpoint-minutes 30      # on a cluster: a kill costs at most 30 minutes
     python ppo_atari.py --help
 """
+
 
 import atexit
 import contextlib
@@ -56,6 +59,54 @@ NOOP_MAX, FRAME_SKIP, SCREEN_SIZE, FRAME_STACK = 30, 4, 84, 4
 
 @dataclass
 class Args:
+    # --- the algorithm (a resumed run keeps these from its checkpoint, and exp_name and seed) ---
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
+    env_path: Literal["wrappers", "ale-vector"] = "wrappers"
+    """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
+    vector env configured with the same details (faster stepping, no faster on a CPU; it learned less on
+    Breakout, 3 seeds: see make_ale_vector_env)"""
+    repeat_action_probability: Optional[float] = None
+    """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
+    0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
+    total_timesteps: int = 10_000_000
+    """total agent steps across all envs (one step is 4 frames)"""
+    learning_rate: float = 2.5e-4
+    """initial learning rate of Adam"""
+    num_envs: int = 8
+    """environments stepped together"""
+    num_steps: int = 128
+    """steps per env in each rollout"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping coefficient"""
+    anneal_clip: bool = False
+    """anneal the clipping coefficient linearly to 0, like the learning rate"""
+    clip_vloss: bool = True
+    """clip the value loss"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    bootstrap_truncation: bool = True
+    """bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them
+    as terminations, exactly like openai/baselines ppo2 and CleanRL"""
+
     # --- experiment ---
     exp_name: str = SCRIPT
     """name of this experiment, part of the run name"""
@@ -106,61 +157,14 @@ class Args:
     eval_greedy: bool = True
     """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
 
-    # --- algorithm (every field from here on is kept from the checkpoint on resume) ---
-    env_id: str = "BreakoutNoFrameskip-v4"
-    """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
-    env_path: Literal["wrappers", "ale-vector"] = "wrappers"
-    """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
-    vector env configured with the same details (faster stepping, no faster on a CPU; it learned less on
-    Breakout, 3 seeds: see make_ale_vector_env)"""
-    repeat_action_probability: Optional[float] = None
-    """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
-    0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
-    total_timesteps: int = 10_000_000
-    """total agent steps across all envs (one step is 4 frames)"""
-    learning_rate: float = 2.5e-4
-    """initial learning rate of Adam"""
-    num_envs: int = 8
-    """environments stepped together"""
-    num_steps: int = 128
-    """steps per env in each rollout"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """lambda of generalized advantage estimation"""
-    num_minibatches: int = 4
-    """minibatches per epoch"""
-    update_epochs: int = 4
-    """passes over each rollout"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch"""
-    clip_coef: float = 0.1
-    """surrogate clipping coefficient"""
-    anneal_clip: bool = False
-    """anneal the clipping coefficient linearly to 0, like the learning rate"""
-    clip_vloss: bool = True
-    """clip the value loss"""
-    ent_coef: float = 0.01
-    """entropy bonus coefficient"""
-    vf_coef: float = 0.5
-    """value loss coefficient"""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip"""
-    target_kl: Optional[float] = None
-    """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
-    bootstrap_truncation: bool = True
-    """bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them
-    as terminations, exactly like openai/baselines ppo2 and CleanRL"""
-
 
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
-HYPERPARAMETERS = ["exp_name", "seed"] + _FIELD_NAMES[_FIELD_NAMES.index("env_id"):]
+HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
-# Env i of a run is seeded with seed + i (and a resumed run's with more); ale-py's vector env takes 32-bit seeds.
+# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
+# ppo_atari.py's ale-py vector env takes 32-bit seeds.
 MAX_SEED = 2**30
 
 
@@ -195,17 +199,10 @@ def bootstrap_truncated(rewards, truncated, final_values, gamma):
     return rewards + gamma * final_values * truncated
 
 
+# [aux-2] Under torchrun, init_distributed puts normalize_over_processes in this one's place.
 def normalize(x, eps=1e-8):
-    """[core-7] Zero mean, unit std over the minibatch. [aux-2] Under torchrun each process holds a slice of
-    the minibatch: the mean and std are those of the whole of it, from moments summed over the processes."""
-    if WORLD_SIZE == 1:
-        return (x - x.mean()) / (x.std() + eps)
-    moments = torch.stack([torch.ones_like(x).sum(), x.sum(), (x * x).sum()]).double()
-    dist.all_reduce(moments)
-    n, total, squares = moments
-    mean = total / n
-    std = ((squares - n * mean * mean) / (n - 1)).clamp_min(0).sqrt()  # unbiased, as torch.std
-    return (x - mean.float()) / (std.float() + eps)
+    """[core-7] Zero mean, unit std."""
+    return (x - x.mean()) / (x.std() + eps)
 
 
 def clipped_surrogate(ratio, advantages, clip_coef):
@@ -253,7 +250,7 @@ def explained_variance(predicted, target):
 
 
 # ----------------------------------------------------------------------------------------------
-# Atari preprocessing, one wrapper per detail (the order of openai/baselines' wrap_deepmind)
+# Atari preprocessing: one wrapper per detail
 # ----------------------------------------------------------------------------------------------
 
 
@@ -372,115 +369,6 @@ def make_env(env_id, idx, capture_video, video_dir, repeat_action_probability, e
     return thunk
 
 
-class AleVectorGameScore(gym.vector.VectorWrapper):
-    """Makes ale-py's vector env report like the wrapper path: sign-clipped rewards for the learner
-    ([atari-6]; the env itself runs unclipped), and the unclipped game score in info["final_info"]["episode"]
-    once a game, not a life, is over. A game is over where the env's episode frame counter restarted."""
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.scores, self.frames = np.zeros(self.num_envs), info["episode_frame_number"].copy()
-        return obs, info
-
-    def step(self, actions):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        self.scores += reward
-        game_over = (terminated | truncated) & (info["episode_frame_number"] != self.frames + FRAME_SKIP)
-        if game_over.any():
-            info["final_info"] = {"episode": {"r": self.scores.copy(), "l": self.frames + FRAME_SKIP},
-                                  "_episode": game_over}
-            info["_final_info"] = game_over
-            self.scores[game_over] = 0.0
-        self.frames = info["episode_frame_number"].copy()
-        return obs, np.sign(reward), terminated, truncated, info
-
-
-def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
-    """ale-py's C++ vector env with the details above by name. It differs from the wrappers: life loss only
-    sets terminated (episodic_life=True would reset the whole game at every lost life), so neither FIRE nor a
-    fresh frame stack follows a lost life, and a reset presses FIRE for one frame only. In a game that needs
-    FIRE to go on (Breakout) a policy that stops pressing it would stall until the 108k-frame cap. Also, a new
-    game's stack is padded with zeros, and its no-op start draws 0..29 no-ops where NoopReset draws 1..30.
-    Measured on Breakout, 500k steps, seeds 1-3 (benchmarks/results/atari): 11.85 +- 2.33 against the
-    wrappers' 14.21 +- 0.56, no game stalled, and no faster on a CPU. So: publish from the wrappers, and use
-    this path for speed only where stepping games is the bottleneck, not for FIRE games until shown equal."""
-    spec = gym.spec(env_id)
-    return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
-        game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,
-        max_num_frames_per_episode=spec.kwargs.get("max_num_frames_per_episode", 108_000),
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        noop_max=NOOP_MAX,  # [atari-1]
-        frameskip=FRAME_SKIP, maxpool=True,  # [atari-2]
-        episodic_life=False, life_loss_info=True,  # [atari-3]
-        use_fire_reset=True,  # [atari-4] (only in games with FIRE)
-        grayscale=True, img_height=SCREEN_SIZE, img_width=SCREEN_SIZE,  # [atari-5]
-        reward_clipping=False,  # [atari-6] done in AleVectorGameScore, which needs the unclipped rewards
-        stack_num=FRAME_STACK,  # [atari-7]
-    ))
-
-
-def die_with_parent(sig):
-    """Ask Linux to send this process `sig` when its parent process dies (elsewhere: nothing)."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, sig)
-
-
-def in_env_worker(env_id, idx, capture_video, video_dir, repeat_action_probability):
-    """--async-envs: env idx as a worker process builds it. If the training process is killed outright (SIGKILL,
-    out of memory), its workers go with it at once and quietly; they hold nothing to save. gymnasium also builds
-    env 0 once in the training process itself, only to read its spaces: that copy neither records video (it
-    would claim the video folder) nor ties the trainer's life to its own parent's."""
-    trainer = os.getpid()
-
-    def thunk():
-        if os.getpid() == trainer:
-            return make_env(env_id, idx, False, None, repeat_action_probability)()
-        die_with_parent(signal.SIGKILL)
-        if os.getppid() != trainer:  # the trainer died before the line above took effect
-            os._exit(0)
-        return make_env(env_id, idx, capture_video, video_dir, repeat_action_probability)()
-
-    return thunk
-
-
-def kill_env_workers(envs):
-    """The workers ignore stop signals (see StopSignals), so multiprocessing's exit-time terminate() cannot end
-    them: after an uncaught error the trainer would wait on them for ever. Registered with atexit, this runs
-    first. After a normal close() it finds them gone."""
-    for process in envs.processes:
-        if process.is_alive():
-            process.kill()
-
-
-def make_training_envs(args, num_envs, first_env, video_dir):
-    """Envs first_env .. first_env + num_envs - 1 of the run, on the path --env-path and --async-envs choose.
-    [core-1] SAME_STEP autoreset: the step that ends an episode returns the first observation of the next one,
-    and the true last observation in info["final_obs"]."""
-    if args.env_path == "ale-vector":
-        return make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
-    env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-                for i in range(first_env, first_env + num_envs)]
-    if not args.async_envs:
-        return gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    # Forked workers inherit StopSignals (installed before this), which leaves stopping them to this process.
-    envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
-                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    atexit.register(kill_env_workers, envs)
-    return envs
-
-
-def finished_games(info):
-    """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
-    the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
-    final = info.get("final_info", {})
-    if "episode" not in final:
-        return []
-    ended = info["_final_info"] & final["_episode"]
-    return [(i, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in np.flatnonzero(ended)]
-
-
 # ----------------------------------------------------------------------------------------------
 # The network
 # ----------------------------------------------------------------------------------------------
@@ -535,8 +423,184 @@ class Agent(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# Input checks, checkpoints and evaluation
+# The environment
 # ----------------------------------------------------------------------------------------------
+
+
+def make_training_envs(args, num_envs, first_env, video_dir):
+    """Envs first_env .. first_env + num_envs - 1 of the run, on the path --env-path and --async-envs choose.
+    [core-1] SAME_STEP autoreset: the step that ends an episode returns the first observation of the next one,
+    and the true last observation in info["final_obs"]."""
+    if args.env_path == "ale-vector":
+        return make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
+    env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
+                for i in range(first_env, first_env + num_envs)]
+    if not args.async_envs:
+        return gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    # Forked workers inherit StopSignals (installed before this), which leaves stopping them to this process.
+    envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    atexit.register(kill_env_workers, envs)
+    return envs
+
+
+def finished_games(info):
+    """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
+    the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
+    final = info.get("final_info", {})
+    if "episode" not in final:
+        return []
+    ended = info["_final_info"] & final["_episode"]
+    return [(i, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in np.flatnonzero(ended)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def train(args, ckpt, device):
+    """PPO: collect a rollout of num_envs x num_steps, compute advantages, then epochs of minibatch updates;
+    repeat until total_timesteps. `ckpt` is the checkpoint to resume from, or None. Under torchrun this is one
+    process's share of the run ([aux-2]: its envs, its slice of every minibatch, gradients averaged)."""
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
+    run = open_run(args, ckpt, num_iterations)
+    if run is None:
+        return  # a finished run: nothing to train
+    num_envs, first_env = envs_of_this_process(args.num_envs)  # [aux-2] all of them in one process
+    local_batch_size, local_minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
+
+    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
+    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # Before the envs: --async-envs workers inherit its signal handlers.
+    control = RunControl(args, run, device, num_iterations * batch_size, ckpt["global_step"] if ckpt else 0)
+    # [core-1] N envs stepped together (this process's share of them under torchrun).
+    envs = make_training_envs(args, num_envs, first_env, run.video_dir)
+    init_distributed(device)  # [aux-2] after the envs: --async-envs forks before the process group has threads
+    obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
+
+    agent = Agent(n_actions).to(device)
+    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
+    # Adam's update in one call per step instead of one per tensor (it rounds differently in the last bit).
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
+        torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
+    writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
+
+    # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB),
+    # laid out channels-last (frames innermost) as the network wants them; indexed as (step, env, frame, y, x).
+    frames, height, width = obs_shape
+    obs = torch.zeros((args.num_steps, num_envs, height, width, frames), dtype=torch.uint8, device=device)
+    obs = obs.permute(0, 1, 4, 2, 3)
+    actions = torch.zeros((args.num_steps, num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, num_envs), device=device)
+    dones = torch.zeros((args.num_steps, num_envs), device=device)
+    values = torch.zeros((args.num_steps, num_envs), device=device)
+
+    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh games
+    next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
+    next_obs = torch.as_tensor(next_obs_np, device=device)
+    recent_returns = deque(maxlen=100)
+    control.start(agent, optimizer, envs, writer, start_iteration, global_step)
+
+    for iteration in range(start_iteration, num_iterations + 1):
+        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
+        frac = 1.0 - (iteration - 1.0) / num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
+
+        # --- rollout ---
+        games = []
+        for step in range(args.num_steps):
+            if control.stop:
+                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            actions[step], logprobs[step], values[step] = action, logprob, value
+
+            next_obs_np, reward, terminated, truncated, info = envs.step(action.cpu().numpy())
+            truncated = truncated & ~terminated
+            if args.bootstrap_truncation and truncated.any():
+                final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), device=device)
+                final_values = np.zeros(num_envs)
+                with torch.inference_mode():
+                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
+                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
+            rewards[step] = torch.as_tensor(reward, device=device)
+            dones[step] = torch.as_tensor(terminated | truncated, device=device)
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+
+            games += [(global_step, score, length) for _, score, length in finished_games(info)]
+        if control.stopping():
+            break
+        # The game score, not the learner's life-long, clipped episodes (see make_env); of every process's envs.
+        for step_logged, score, length in games_of_every_process(games):
+            recent_returns.append(score)
+            writer.add_scalar("charts/episodic_return", score, step_logged)
+            writer.add_scalar("charts/episodic_length", length, step_logged)
+
+        # --- advantages ---
+        with torch.inference_mode():
+            last_value = agent.get_value(next_obs)
+        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
+
+        # --- flatten the batch ---
+        b_obs = obs.reshape((local_batch_size,) + obs_shape)
+        b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
+        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+
+        # --- epochs of minibatch updates ---
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
+            order = torch.randperm(local_batch_size, device=device)
+            for start in range(0, local_batch_size, local_minibatch_size):
+                mb = order[start:start + local_minibatch_size]
+                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
+                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                clipfracs.append(metrics["clipfrac"])
+
+                optimizer.zero_grad()
+                loss.backward()
+                average_gradients(agent)  # [aux-2] the whole minibatch's gradient, on every process
+                # [core-11] Global gradient-norm clipping.
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
+            if args.target_kl is not None and mean_over_processes(metrics["approx_kl"]) > args.target_kl:
+                break
+        control.check_finite(loss, global_step)
+
+        # --- log ---
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/SPS", control.steps_per_second(global_step), global_step)
+        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
+            writer.add_scalar(f"losses/{name}", metrics[name].item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance",
+                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
+        if not control.end_iteration(iteration, global_step, recent_returns):
+            break
+
+    control.finish(global_step, recent_returns)
+
+
+# ==============================================================================================
+# Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation, torchrun, env speed paths
+# ==============================================================================================
 
 
 def fail(message):
@@ -632,6 +696,14 @@ def check_split_across_processes(args):
              f"of {WORLD_SIZE} (and --num-minibatches that divides num_envs / {WORLD_SIZE} * num_steps)")
 
 
+def check_gpus_per_process(device):
+    """[aux-2] One GPU per process on this machine."""
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if device.type == "cuda" and local_processes > torch.cuda.device_count():
+        fail(f"{local_processes} processes on this machine but {torch.cuda.device_count()} GPUs: use "
+             f"--nproc-per-node {torch.cuda.device_count()}, or --no-cuda")
+
+
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
     if os.path.isdir(path):
@@ -670,6 +742,36 @@ def merge_resumed_args(args, ckpt):
         if name not in given and name in ckpt["args"]:
             setattr(args, name, ckpt["args"][name])
     check_args(args, merged=True)  # the merged settings, as they will run
+
+
+@dataclass
+class Run:
+    """Where a run lives: runs/{name}/ holds its logs and checkpoint.pt; its videos go to video_dir."""
+    name: str
+    dir: str
+    video_dir: str
+
+    @property
+    def checkpoint(self):
+        return os.path.join(self.dir, "checkpoint.pt")
+
+
+def open_run(args, ckpt, num_iterations):
+    """The run to train: a new one, or the checkpoint's (None, said so, if it has nothing left to train)."""
+    if ckpt is None:
+        name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = os.path.join("runs", name)
+        if os.path.exists(run_dir):
+            fail(f"{run_dir} already exists; not overwriting it")
+        return Run(name, run_dir, f"videos/{name}")
+    if ckpt["iteration"] >= num_iterations:
+        if RANK == 0:
+            print(f"{ckpt['run_name']} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): "
+                  f"nothing to train. To train longer, start a new run with a larger --total-timesteps.")
+        return None
+    # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
+    video_dir = unused_folder(f"videos/{ckpt['run_name']}/resumed-at-step-{ckpt['global_step']}")
+    return Run(ckpt["run_name"], resumed_run_dir(args.resume, ckpt), video_dir)
 
 
 def unused_folder(path):
@@ -778,6 +880,69 @@ class StopSignals:
         return self.signum is not None
 
 
+class RunControl:
+    """Everything the training loop needs besides the algorithm, behind a few calls: `stop` (a stop was asked
+    for, in this process), `stopping` (in any process: all stop together), `check_finite` (after each update),
+    `end_iteration` (what a checkpoint of it holds, the progress line, the periodic checkpoint) and `finish`
+    (the last checkpoint, closing, the last line). Made before the envs, whose workers inherit its signal
+    handlers; `start` hands it what the run trains, just before the loop."""
+
+    def __init__(self, args, run, device, total_steps, start_step):
+        self.args, self.run, self.device, self.total_steps = args, run, device, total_steps
+        # Said before a stop can be handled, so a log that says where a run stopped also says where it started
+        # (sweep.sh requeues a Slurm task only if its run moved on).
+        announce_start(args, run.dir, device, total_steps, start_step)
+        self.stop = StopSignals()
+
+    def start(self, agent, optimizer, envs, writer, start_iteration, start_step):
+        self.agent, self.optimizer, self.envs, self.writer = agent, optimizer, envs, writer
+        self.progress = Progress(self.args.progress and RANK == 0, self.args.progress_interval, self.total_steps,
+                                 start_step)
+        self.last_saved_at, self.completed, self.rng = time.time(), start_iteration - 1, rng_states()
+
+    def stopping(self):
+        return any_process(self.stop, self.device)
+
+    def steps_per_second(self, global_step):
+        return self.progress.steps_per_second(global_step)
+
+    def check_finite(self, loss, global_step):
+        """A loss that is not finite has ruined the network: stop, keeping the logs that explain it."""
+        if any_process(not torch.isfinite(loss), self.device):  # [aux-2] on any process: all stop
+            self.writer.close()
+            fail(f"the loss is not finite at step {global_step}; stopping "
+                 f"(the last good checkpoint, if any, is left at {self.run.checkpoint})")
+
+    def end_iteration(self, iteration, global_step, recent_returns):
+        """After an iteration's update and logs. False when the loop must stop."""
+        check_in_sync(self.agent, global_step)
+        self.completed, self.rng = iteration, rng_states()  # what a checkpoint of this iteration holds
+        self.progress.update(global_step, recent_returns)
+        if self.stopping():
+            return False
+        if checkpoint_due(self.args, iteration, self.last_saved_at):
+            self.save(global_step)
+            self.last_saved_at = time.time()
+        return True
+
+    def save(self, global_step):
+        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.args, self.run.name, global_step,
+                        self.completed, self.rng, self.writer)
+
+    def finish(self, global_step, recent_returns):
+        self.progress.end_line()
+        stopped = self.stopping()
+        saved_at_end = ends_with_checkpoint(self.args, stopped, self.run.checkpoint)
+        completed_steps = self.completed * self.args.num_envs * self.args.num_steps
+        if saved_at_end:
+            self.save(completed_steps)
+        close_run(self.args, self.envs, self.writer)
+        if stopped:
+            exit_after_signal(self.stop.signum, completed_steps, self.run.checkpoint)
+        announce_end(self.progress, global_step, recent_returns, self.run.dir,
+                     self.run.checkpoint if saved_at_end else None)
+
+
 def fmt_duration(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -853,20 +1018,20 @@ def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
           f"logs in {run_dir}{saved}", flush=True)
 
 
-def open_logs(args, run_name, run_dir, resumed_at):
+def open_logs(args, run, resumed_at):
     """The run's TensorBoard writer (and its wandb run, with --track), on rank 0; other ranks log nothing."""
     if args.track and RANK == 0:
         import wandb
 
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
-        wandb.tensorboard.patch(root_logdir=run_dir)
+        wandb.tensorboard.patch(root_logdir=run.dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
+                   name=run.name, id=run.name, resume="allow", save_code=True)
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
     purge_step = None if resumed_at is None else resumed_at + 1
-    writer = SummaryWriter(run_dir, purge_step=purge_step) if RANK == 0 else NoLogs()
+    writer = SummaryWriter(run.dir, purge_step=purge_step) if RANK == 0 else NoLogs()
     if resumed_at is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -922,6 +1087,24 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
     return scores
 
 
+def evaluate_checkpoint(args, ckpt, device):
+    """--eval-checkpoint: play whole games with the saved policy and print mean +- std of the scores."""
+    if RANK != 0:
+        return  # [aux-2] one evaluation, on rank 0
+    n_actions = ckpt["model"]["actor.weight"].shape[0]
+    agent = Agent(n_actions).to(device)
+    agent.load_state_dict(ckpt["model"])
+    video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
+    video_dir = unused_folder(video_dir) if args.capture_video else None
+    scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
+                      args.repeat_action_probability, video_dir)
+    mode = "greedy" if args.eval_greedy else "sampled"
+    print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
+          f"of the policy at step {ckpt['global_step']}")
+    if video_dir:
+        print(f"videos of the {len(scores)} games in {video_dir}")
+
+
 # ----------------------------------------------------------------------------------------------
 # [aux-2] Data-parallel training: `torchrun --nproc-per-node N ppo_atari.py ...` trains one run on N processes
 # ----------------------------------------------------------------------------------------------
@@ -932,6 +1115,7 @@ def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probabili
 
 
 def init_distributed(device):
+    global normalize
     if WORLD_SIZE == 1:
         return
     # torchrun starts its workers in a session of their own, so when torchrun itself is killed outright (SIGKILL,
@@ -944,6 +1128,18 @@ def init_distributed(device):
         dist.init_process_group("nccl", device_id=device)
     else:
         dist.init_process_group("gloo")
+    normalize = normalize_over_processes  # ppo_loss's advantages: the whole minibatch's statistics
+
+
+def normalize_over_processes(x, eps=1e-8):
+    """[core-7] under torchrun: each process holds a slice of the minibatch, and the mean and std are those of
+    the whole of it, from moments summed over the processes."""
+    moments = torch.stack([torch.ones_like(x).sum(), x.sum(), (x * x).sum()]).double()
+    dist.all_reduce(moments)
+    n, total, squares = moments
+    mean = total / n
+    std = ((squares - n * mean * mean) / (n - 1)).clamp_min(0).sqrt()  # unbiased, as torch.std
+    return (x - mean.float()) / (std.float() + eps)
 
 
 def envs_of_this_process(total_envs):
@@ -1013,6 +1209,92 @@ class NoLogs:
         return lambda *args, **kwargs: None
 
 
+# ----------------------------------------------------------------------------------------------
+# Env speed paths: ale-py's vector env, worker processes for --async-envs, memory reuse
+# ----------------------------------------------------------------------------------------------
+
+
+class AleVectorGameScore(gym.vector.VectorWrapper):
+    """Makes ale-py's vector env report like the wrapper path: sign-clipped rewards for the learner
+    ([atari-6]; the env itself runs unclipped), and the unclipped game score in info["final_info"]["episode"]
+    once a game, not a life, is over. A game is over where the env's episode frame counter restarted."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.scores, self.frames = np.zeros(self.num_envs), info["episode_frame_number"].copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.scores += reward
+        game_over = (terminated | truncated) & (info["episode_frame_number"] != self.frames + FRAME_SKIP)
+        if game_over.any():
+            info["final_info"] = {"episode": {"r": self.scores.copy(), "l": self.frames + FRAME_SKIP},
+                                  "_episode": game_over}
+            info["_final_info"] = game_over
+            self.scores[game_over] = 0.0
+        self.frames = info["episode_frame_number"].copy()
+        return obs, np.sign(reward), terminated, truncated, info
+
+
+def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
+    """ale-py's C++ vector env with the details above by name. It differs from the wrappers: life loss only
+    sets terminated (episodic_life=True would reset the whole game at every lost life), so neither FIRE nor a
+    fresh frame stack follows a lost life, and a reset presses FIRE for one frame only. In a game that needs
+    FIRE to go on (Breakout) a policy that stops pressing it would stall until the 108k-frame cap. Also, a new
+    game's stack is padded with zeros, and its no-op start draws 0..29 no-ops where NoopReset draws 1..30.
+    Measured on Breakout, 500k steps, seeds 1-3 (benchmarks/results/atari): 11.85 +- 2.33 against the
+    wrappers' 14.21 +- 0.56, no game stalled, and no faster on a CPU. So: publish from the wrappers, and use
+    this path for speed only where stepping games is the bottleneck, not for FIRE games until shown equal."""
+    spec = gym.spec(env_id)
+    return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
+        game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,
+        max_num_frames_per_episode=spec.kwargs.get("max_num_frames_per_episode", 108_000),
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        noop_max=NOOP_MAX,  # [atari-1]
+        frameskip=FRAME_SKIP, maxpool=True,  # [atari-2]
+        episodic_life=False, life_loss_info=True,  # [atari-3]
+        use_fire_reset=True,  # [atari-4] (only in games with FIRE)
+        grayscale=True, img_height=SCREEN_SIZE, img_width=SCREEN_SIZE,  # [atari-5]
+        reward_clipping=False,  # [atari-6] done in AleVectorGameScore, which needs the unclipped rewards
+        stack_num=FRAME_STACK,  # [atari-7]
+    ))
+
+
+def die_with_parent(sig):
+    """Ask Linux to send this process `sig` when its parent process dies (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, sig)
+
+
+def in_env_worker(env_id, idx, capture_video, video_dir, repeat_action_probability):
+    """--async-envs: env idx as a worker process builds it. If the training process is killed outright (SIGKILL,
+    out of memory), its workers go with it at once and quietly; they hold nothing to save. gymnasium also builds
+    env 0 once in the training process itself, only to read its spaces: that copy neither records video (it
+    would claim the video folder) nor ties the trainer's life to its own parent's."""
+    trainer = os.getpid()
+
+    def thunk():
+        if os.getpid() == trainer:
+            return make_env(env_id, idx, False, None, repeat_action_probability)()
+        die_with_parent(signal.SIGKILL)
+        if os.getppid() != trainer:  # the trainer died before the line above took effect
+            os._exit(0)
+        return make_env(env_id, idx, capture_video, video_dir, repeat_action_probability)()
+
+    return thunk
+
+
+def kill_env_workers(envs):
+    """The workers ignore stop signals (see StopSignals), so multiprocessing's exit-time terminate() cannot end
+    them: after an uncaught error the trainer would wait on them for ever. Registered with atexit, this runs
+    first. After a normal close() it finds them gone."""
+    for process in envs.processes:
+        if process.is_alive():
+            process.kill()
+
+
 def keep_freed_memory_for_reuse():
     """On the CPU each minibatch allocates tensors of up to ~30 MB. glibc maps blocks that big afresh and unmaps
     them when freed, so the next minibatch faults them in again page by page: about 250 page faults per agent
@@ -1029,226 +1311,33 @@ def keep_freed_memory_for_reuse():
 
 
 # ----------------------------------------------------------------------------------------------
-# Training
+# Entry point
 # ----------------------------------------------------------------------------------------------
 
 
 def main():
     args = tyro.cli(Args)
     check_args(args)
-    ckpt = None
-    if args.eval_checkpoint or args.resume:
-        ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args)
+    ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args) if args.eval_checkpoint or args.resume else None
+    if ckpt is not None:
         args.env_id = ckpt["args"]["env_id"]
     check_env(args.env_id)
     if args.repeat_action_probability is None:  # the checkpoint's, else the id's own; logged as a number
         args.repeat_action_probability = ckpt["args"]["repeat_action_probability"] if ckpt else \
             gym.spec(args.env_id).kwargs.get("repeat_action_probability", 0.25)
-
     if args.threads is not None:  # else torch's default: OMP_NUM_THREADS, or the CPUs this process may use
         torch.set_num_threads(args.threads)
     keep_freed_memory_for_reuse()
     # Sampling through torch.distributions is much faster without its argument checks.
     torch.distributions.Distribution.set_default_validate_args(False)
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
-    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if device.type == "cuda" and local_processes > torch.cuda.device_count():  # [aux-2] one GPU per process
-        fail(f"{local_processes} processes on this machine but {torch.cuda.device_count()} GPUs: use "
-             f"--nproc-per-node {torch.cuda.device_count()}, or --no-cuda")
-
+    check_gpus_per_process(device)
     if args.eval_checkpoint:
-        if RANK != 0:
-            return  # [aux-2] one evaluation, on rank 0
-        n_actions = ckpt["model"]["actor.weight"].shape[0]
-        agent = Agent(n_actions).to(device)
-        agent.load_state_dict(ckpt["model"])
-        video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
-        video_dir = unused_folder(video_dir) if args.capture_video else None
-        scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
-                          args.repeat_action_probability, video_dir)
-        mode = "greedy" if args.eval_greedy else "sampled"
-        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
-              f"of the policy at step {ckpt['global_step']}")
-        if video_dir:
-            print(f"videos of the {len(scores)} games in {video_dir}")
-        return
-
+        return evaluate_checkpoint(args, ckpt, device)
     if ckpt is not None:
         merge_resumed_args(args, ckpt)
     check_split_across_processes(args)
-    batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
-    num_iterations = args.total_timesteps // batch_size  # whole rollouts: a remainder is not trained
-    if ckpt is not None:
-        run_name = ckpt["run_name"]
-        run_dir = resumed_run_dir(args.resume, ckpt)
-        if ckpt["iteration"] >= num_iterations:
-            if RANK == 0:
-                print(f"{run_name} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): "
-                      f"nothing to train. To train longer, start a new run with a larger --total-timesteps.")
-            return
-        # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
-        video_dir = unused_folder(f"videos/{run_name}/resumed-at-step-{ckpt['global_step']}")
-    else:
-        run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join("runs", run_name)
-        if os.path.exists(run_dir):
-            fail(f"{run_dir} already exists; not overwriting it")
-        video_dir = f"videos/{run_name}"
-    ckpt_path = os.path.join(run_dir, "checkpoint.pt")
-
-    num_envs, first_env = envs_of_this_process(args.num_envs)  # [aux-2] all of them in one process
-    local_batch_size, local_minibatch_size = batch_size // WORLD_SIZE, minibatch_size // WORLD_SIZE
-
-    # Seeding: torch draws every action and shuffle; each env has its own generator, seeded with seed + its
-    # index at its first reset. Nothing uses python's or numpy's global generators, so a checkpoint skips them.
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-
-    # Said before a stop can be handled, so a log that says where a run stopped also says where it started
-    # (sweep.sh requeues a Slurm task only if its run moved on).
-    announce_start(args, run_dir, device, num_iterations * batch_size, ckpt["global_step"] if ckpt else 0)
-    stop = StopSignals()  # before the envs, whose --async-envs workers inherit it
-    # [core-1] N envs stepped together (this process's share of them under torchrun).
-    envs = make_training_envs(args, num_envs, first_env, video_dir)
-    init_distributed(device)  # [aux-2] after the envs: --async-envs forks before the process group has threads
-    obs_shape, n_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
-
-    agent = Agent(n_actions).to(device)
-    # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
-    # Adam's update in one call per step instead of one per tensor (it rounds differently in the last bit).
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    start_iteration, global_step = 1, 0
-    if ckpt is not None:
-        start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer)
-    if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
-        torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
-
-    writer = open_logs(args, run_name, run_dir, resumed_at=global_step if ckpt else None)
-
-    # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB),
-    # laid out channels-last (frames innermost) as the network wants them; indexed as (step, env, frame, y, x).
-    frames, height, width = obs_shape
-    obs = torch.zeros((args.num_steps, num_envs, height, width, frames), dtype=torch.uint8, device=device)
-    obs = obs.permute(0, 1, 4, 2, 3)
-    actions = torch.zeros((args.num_steps, num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, num_envs), device=device)
-    dones = torch.zeros((args.num_steps, num_envs), device=device)
-    values = torch.zeros((args.num_steps, num_envs), device=device)
-
-    seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh games
-    next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
-    next_obs = torch.as_tensor(next_obs_np, device=device)
-    recent_returns = deque(maxlen=100)
-    progress = Progress(args.progress and RANK == 0, args.progress_interval, num_iterations * batch_size, global_step)
-    last_saved_at, completed, rng = time.time(), start_iteration - 1, rng_states()
-
-    for iteration in range(start_iteration, num_iterations + 1):
-        # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
-        frac = 1.0 - (iteration - 1.0) / num_iterations
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-        clip_coef = frac * args.clip_coef if args.anneal_clip else args.clip_coef
-
-        # --- rollout ---
-        games = []
-        for step in range(args.num_steps):
-            if stop:
-                break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
-            global_step += args.num_envs
-            obs[step] = next_obs
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-            actions[step], logprobs[step], values[step] = action, logprob, value
-
-            next_obs_np, reward, terminated, truncated, info = envs.step(action.cpu().numpy())
-            truncated = truncated & ~terminated
-            if args.bootstrap_truncation and truncated.any():
-                final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), device=device)
-                final_values = np.zeros(num_envs)
-                with torch.inference_mode():
-                    final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
-                reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
-            rewards[step] = torch.as_tensor(reward, device=device)
-            dones[step] = torch.as_tensor(terminated | truncated, device=device)
-            next_obs = torch.as_tensor(next_obs_np, device=device)
-
-            games += [(global_step, score, length) for _, score, length in finished_games(info)]
-
-        if any_process(stop, device):
-            break
-        # The game score, not the learner's life-long, clipped episodes (see make_env); of every process's envs.
-        for step_logged, score, length in games_of_every_process(games):
-            recent_returns.append(score)
-            writer.add_scalar("charts/episodic_return", score, step_logged)
-            writer.add_scalar("charts/episodic_length", length, step_logged)
-
-        # --- advantages ---
-        with torch.inference_mode():
-            last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards, values, dones, last_value, args.gamma, args.gae_lambda)
-
-        # --- flatten the batch ---
-        b_obs = obs.reshape((local_batch_size,) + obs_shape)
-        b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
-
-        # --- epochs of minibatch updates ---
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            # [core-6] Each epoch shuffles all samples and splits them into minibatches that cover all.
-            order = torch.randperm(local_batch_size, device=device)
-            for start in range(0, local_batch_size, local_minibatch_size):
-                mb = order[start:start + local_minibatch_size]
-                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-                loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                         b_advantages[mb], b_returns[mb], clip_coef, args)
-                clipfracs.append(metrics["clipfrac"])
-                if any_process(not torch.isfinite(loss), device):  # [aux-2] on any process: all stop
-                    writer.close()  # keep the logs that explain the divergence
-                    fail(f"the loss is not finite at step {global_step}; stopping "
-                         f"(the last good checkpoint, if any, is left at {ckpt_path})")
-
-                optimizer.zero_grad()
-                loss.backward()
-                average_gradients(agent)  # [aux-2] the whole minibatch's gradient, on every process
-                # [core-11] Global gradient-norm clipping.
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-            # [aux-3] Optional early stop once the policy has moved too far from the rollout policy.
-            if args.target_kl is not None and mean_over_processes(metrics["approx_kl"]) > args.target_kl:
-                break
-        check_in_sync(agent, global_step)
-
-        # --- log ---
-        completed, rng = iteration, rng_states()  # what a checkpoint of this iteration holds
-        sps = progress.steps_per_second(global_step)
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
-            writer.add_scalar(f"losses/{name}", metrics[name].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance",
-                          explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy()), global_step)
-        progress.update(global_step, recent_returns)
-        if any_process(stop, device):
-            break
-        if checkpoint_due(args, iteration, last_saved_at):
-            save_checkpoint(ckpt_path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
-            last_saved_at = time.time()
-
-    progress.end_line()
-    stopped = any_process(stop, device)
-    completed_steps = completed * batch_size
-    saved_at_end = ends_with_checkpoint(args, stopped, ckpt_path)
-    if saved_at_end:
-        save_checkpoint(ckpt_path, agent, optimizer, args, run_name, completed_steps, completed, rng, writer)
-    close_run(args, envs, writer)
-    if stopped:
-        exit_after_signal(stop.signum, completed_steps, ckpt_path)
-    announce_end(progress, global_step, recent_returns, run_dir, ckpt_path if saved_at_end else None)
+    train(args, ckpt, device)
 
 
 if __name__ == "__main__":

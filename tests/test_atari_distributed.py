@@ -6,7 +6,6 @@ process holds the same parameters, one run directory is written, and checkpoints
 """
 
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -63,18 +62,16 @@ with torch.no_grad():
 
 def loss_on(idx):
     _, logprob, entropy, value = agent.get_action_and_value(obs[idx], actions[idx])
-    ratio = (logprob - old_logprobs[idx]).exp()
-    pg_loss = -pa.clipped_surrogate(ratio, pa.normalize(advantages[idx]), 0.1).mean()
-    v_loss = pa.value_loss(value, old_values[idx], returns[idx], 0.1)
-    return pg_loss - 0.01 * entropy.mean() + 0.5 * v_loss
+    loss, _ = pa.ppo_loss(logprob, entropy, value, old_logprobs[idx], old_values[idx], advantages[idx], returns[idx],
+                          0.1, pa.Args())
+    return loss
 
 assert pa.WORLD_SIZE == 2
-pa.WORLD_SIZE = 1  # first the plain one-process computation, on the whole minibatch
 agent.zero_grad()
-loss_on(torch.arange(n)).backward()
+loss_on(torch.arange(n)).backward()  # first the plain one-process computation, on the whole minibatch
 reference = [p.grad.clone() for p in agent.parameters()]
-pa.WORLD_SIZE = 2
 dist.init_process_group("gloo")
+pa.normalize = pa.normalize_over_processes  # what init_distributed does, beside starting the process group
 rank = dist.get_rank()
 agent.zero_grad()
 loss_on(torch.arange(rank * n // 2, (rank + 1) * n // 2)).backward()  # this process's half

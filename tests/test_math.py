@@ -32,12 +32,11 @@ def t(values):
 # The copies stay copies
 # ----------------------------------------------------------------------------------------------
 
-# Functions that are the same math in every script. ppo_atari.py's `normalize` also reduces over torchrun's
-# processes (and is tested against the plain one below).
-SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "clipped_surrogate", "value_loss", "ppo_loss",
+# Functions that are the same in every script (under torchrun, ppo_atari.py's init_distributed puts
+# normalize_over_processes in normalize's place: tests/test_atari_distributed.py checks it).
+SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "normalize", "clipped_surrogate", "value_loss", "ppo_loss",
                "explained_variance", "layer_init", "restore_checkpoint", "checkpoint_due", "fmt_duration",
-               "unused_folder", "flags_given"]
-SAME_IN_MLP_SCRIPTS = ["normalize"]
+               "unused_folder", "flags_given", "Run"]
 
 
 def function_trees(script):
@@ -45,9 +44,9 @@ def function_trees(script):
     return {node.name: ast.dump(node) for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
 
 
-@pytest.mark.parametrize("name", SAME_IN_ALL + SAME_IN_MLP_SCRIPTS)
+@pytest.mark.parametrize("name", SAME_IN_ALL)
 def test_the_copies_are_identical(name):
-    scripts = SCRIPTS if name in SAME_IN_ALL else ["ppo_discrete", "ppo_continuous"]
+    scripts = SCRIPTS
     trees = {script: function_trees(script).get(name) for script in scripts}
     assert all(trees.values()), f"{name} is missing from {[s for s, tree in trees.items() if tree is None]}"
     different = [s for s in scripts[1:] if trees[s] != trees[scripts[0]]]
@@ -258,15 +257,3 @@ def test_ppo_loss_clip_range_is_the_one_given(m):
     assert wide["clipfrac"].item() == 0.0  # every ratio lies within [0.4, 1.6]
     r, a = np.array(RATIOS), np.array(ADVANTAGES)
     assert wide["policy_loss"].item() == pytest.approx(-np.mean(np.minimum(r * a, np.clip(r, 0.4, 1.6) * a)))
-
-
-# ----------------------------------------------------------------------------------------------
-# ppo_atari.py's normalize under torchrun is the plain one in one process
-# ----------------------------------------------------------------------------------------------
-
-
-def test_atari_normalize_is_the_plain_one_in_one_process():
-    atari, discrete = load_script("ppo_atari"), load_script("ppo_discrete")
-    assert atari.WORLD_SIZE == 1
-    x = torch.randn(37, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(atari.normalize(x), discrete.normalize(x))
