@@ -57,7 +57,7 @@ MUTATIONS = [
      "clip_coef = args.clip_coef", "--anneal-clip ignored"),
     ("anneal-lr-always", ALL, "        if args.anneal_lr:\n", "        if True:\n", "--no-anneal-lr ignored"),
     ("nonfinite-unchecked", MLP, "if not torch.isfinite(loss):", "if False:", "non-finite loss not stopped"),
-    ("nonfinite-unchecked", ("ppo_atari",), "if any_process(not torch.isfinite(loss), device):", "if False:",
+    ("nonfinite-unchecked", ("ppo_atari",), "if any_process(not torch.isfinite(loss), self.device):", "if False:",
      "non-finite loss not stopped"),
     # The math
     ("gae-no-cut", ALL, "next_advantage = delta + gamma * gae_lambda * not_done * next_advantage",
