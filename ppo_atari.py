@@ -395,15 +395,15 @@ class Agent(nn.Module):
         # [core-2] Policy output gain 0.01: near-uniform action probabilities at the start; value gain 1.
         self.actor = layer_init(nn.Linear(512, n_actions), gain=0.01)
         self.critic = layer_init(nn.Linear(512, 1), gain=1.0)
-        # Channels-last weights and inputs let the CPU convolution kernels run about 1.35x faster in
-        # training on this project's machine (benchmarks/results/throughput); the arithmetic is the same.
+        # Channels-last weights and inputs: faster CPU convolution kernels, the same arithmetic
+        # (measured in benchmarks/results/throughput).
         self.to(memory_format=torch.channels_last)
 
     def features(self, obs):
         # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
         # The copy keeps obs's memory layout: the rollout's channels-last bytes become channels-last floats
-        # in one pass, divided in place, and contiguous() is then free (a separate reorder cost ~30% of an
-        # update). copy=True: the division must never land on a caller's tensor.
+        # in one pass, divided in place, and contiguous() is then free (a separate reorder is costly).
+        # copy=True: the division must never land on a caller's tensor.
         pixels = obs.to(torch.float32, copy=True).div_(255.0)
         return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
@@ -1296,11 +1296,10 @@ def kill_env_workers(envs):
 
 
 def keep_freed_memory_for_reuse():
-    """On the CPU each minibatch allocates tensors of up to ~30 MB. glibc maps blocks that big afresh and unmaps
-    them when freed, so the next minibatch faults them in again page by page: about 250 page faults per agent
-    step, ~10% of a run's CPU time spent in the kernel. Serving them from the heap (the mmap threshold raised to
-    its 32 MB maximum) and not trimming it keeps that memory for reuse. Same numbers, less time; other C
-    libraries than glibc are left as they are."""
+    """On the CPU each minibatch allocates tensors of tens of MB. glibc maps blocks that big afresh and unmaps
+    them when freed, so the next minibatch faults them in again page by page, in the kernel's time. Serving them
+    from the heap (the mmap threshold raised to its 32 MB maximum) and not trimming it keeps that memory for
+    reuse. Same numbers, less time (benchmarks/results/throughput); other C libraries are left as they are."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # no such library, or one without mallopt (musl)
