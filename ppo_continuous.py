@@ -60,8 +60,11 @@ class Args:
     """passes over each rollout"""
     norm_adv: bool = True
     """normalise advantages per minibatch"""
+    clip_policy: bool = True
+    """clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value
+    loss keeps its own clipping: --clip-vloss, within +-clip_coef)"""
     clip_coef: float = 0.2
-    """surrogate clipping coefficient"""
+    """clipping coefficient of the surrogate objective, and of the value loss (--clip-vloss)"""
     anneal_clip: bool = False
     """anneal the clipping coefficient linearly to 0, like the learning rate"""
     clip_vloss: bool = True
@@ -74,6 +77,12 @@ class Args:
     """global gradient-norm clip"""
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    kl_penalty: Optional[float] = None
+    """beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no
+    penalty; 1 to start from with --kl-penalty-target). Not --target-kl, which stops the epochs early"""
+    kl_penalty_target: Optional[float] = None
+    """adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved
+    below d_targ / 1.5, doubled above 1.5 * d_targ"""
     norm_obs: bool = True
     """normalise observations by their running mean and std"""
     norm_reward: bool = True
@@ -135,6 +144,9 @@ class Args:
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
+# Settings added since checkpoints were first written, at the values that behave as the script did before them:
+# an older checkpoint resumes and evaluates with these.
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
@@ -196,24 +208,47 @@ def value_loss(new_values, old_values, returns, clip_coef, clip=True):
     return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
 
 
-def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args):
+def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args,
+             kl=None, kl_coef=0.0):
     """[core-10] The loss of one minibatch, to minimise: policy loss - ent_coef * entropy + vf_coef * value
     loss, one loss for one optimizer. old_logprob and old_value are what the rollout stored: the ratio is
-    taken against the policy that acted. Returns (loss, diagnostics as detached scalars)."""
+    taken against the policy that acted. [kl-1] With `kl` (each sample's KL[old || new]), kl_coef * its mean
+    is added. Returns (loss, diagnostics as detached scalars)."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     if args.norm_adv:
         advantages = normalize(advantages)  # [core-7] the advantages, never the value targets
-    pg_loss = -clipped_surrogate(ratio, advantages, clip_coef).mean()
+    surrogate = clipped_surrogate(ratio, advantages, clip_coef) if args.clip_policy else ratio * advantages
+    pg_loss = -surrogate.mean()
     v_loss = value_loss(new_value, old_value, returns, clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    if kl is not None:
+        loss = loss + kl_coef * kl.mean()
     with torch.no_grad():
         # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
         metrics = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
                    "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
                    "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean()}
+        if kl is not None:
+            metrics["kl_penalty"] = kl.mean().detach()
     return loss, metrics
+
+
+def gaussian_kl(old_mean, old_logstd, new_mean, new_logstd):
+    """[kl-1] KL[N(old) || N(new)] of diagonal Gaussians, exact, summed over the action dimensions."""
+    old_var, new_var = (2 * old_logstd).exp(), (2 * new_logstd).exp()
+    return (new_logstd - old_logstd + (old_var + (old_mean - new_mean) ** 2) / (2 * new_var) - 0.5).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
 
 
 def explained_variance(predicted, target):
@@ -309,6 +344,33 @@ class Agent(nn.Module):
         return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.get_value(obs)
 
 
+class KLPenalty:
+    """[kl-1] The KL-penalty objective's beta and how it moves: fixed (--kl-penalty), or adapted to a target mean
+    KL (--kl-penalty-target, from 1 unless --kl-penalty says otherwise). Off by default: the clip alone."""
+
+    def __init__(self, args, ckpt=None):
+        self.target = args.kl_penalty_target
+        self.on = args.kl_penalty is not None or self.target is not None
+        self.coef = args.kl_penalty if args.kl_penalty is not None else 1.0 if self.on else 0.0
+        if ckpt is not None:
+            self.coef = ckpt.get("kl_coef", self.coef)  # beta is state: a resumed run goes on with its own
+
+    @staticmethod
+    def old_policy(agent, obs):
+        """The rollout policy's Gaussian on the batch, taken before the update moves it: (mean, log-std)."""
+        with torch.no_grad():
+            return agent.actor_mean(obs), agent.actor_logstd.detach().clone()
+
+    @staticmethod
+    def kl(agent, obs, old):
+        """KL[old || current policy] on each observation, with gradients to the current policy."""
+        return gaussian_kl(old[0], old[1], agent.actor_mean(obs), agent.actor_logstd)
+
+    def update(self, mean_kl):
+        if self.target is not None:
+            self.coef = adapt_kl_coef(self.coef, mean_kl, self.target)
+
+
 # ----------------------------------------------------------------------------------------------
 # The environment
 # ----------------------------------------------------------------------------------------------
@@ -398,6 +460,7 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     # Adam's update in one call per step instead of one per tensor; it rounds differently in the last bit.
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
 
     # Rollout storage, allocated once.
@@ -422,7 +485,7 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
     discounted_return = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=100)
-    control = RunControl(args, run, agent, optimizer, (obs_rms, return_rms), envs, writer, device,
+    control = RunControl(args, run, agent, optimizer, (obs_rms, return_rms, penalty), envs, writer, device,
                          num_iterations * batch_size, start_iteration, global_step)
 
     for iteration in range(start_iteration, num_iterations + 1):
@@ -479,6 +542,7 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
         b_obs, b_actions = obs.reshape(batch_size, obs_size), actions.reshape(batch_size, action_size)
         b_logprobs = logprobs.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        old_policy = penalty.old_policy(agent, b_obs) if penalty.on else None  # [kl-1]
 
         # --- epochs of minibatch updates ---
         clipfracs = []
@@ -488,8 +552,9 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
             for start in range(0, batch_size, minibatch_size):
                 mb = order[start:start + minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                kl = penalty.kl(agent, b_obs[mb], (old_policy[0][mb], old_policy[1])) if penalty.on else None
                 loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                                         b_advantages[mb], b_returns[mb], clip_coef, args, kl, penalty.coef)
                 clipfracs.append(metrics["clipfrac"])
 
                 optimizer.zero_grad()
@@ -502,6 +567,12 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
             if args.target_kl is not None and metrics["approx_kl"] > args.target_kl:
                 break
         control.check_finite(loss, global_step)
+        if penalty.on:  # [kl-1] the batch's mean KL after the update moves beta
+            with torch.no_grad():
+                mean_kl = penalty.kl(agent, b_obs, old_policy).mean().item()
+            writer.add_scalar("losses/kl_coef", penalty.coef, global_step)
+            writer.add_scalar("losses/policy_kl", mean_kl, global_step)
+            penalty.update(mean_kl)
 
         # --- log ---
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
@@ -574,8 +645,11 @@ def check_args(args, merged=False):
         need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
     for name in ("clip_obs", "clip_reward"):  # [cont-7] [cont-9] a bound of 0 would zero every input or reward
         need(name, getattr(args, name) > 0, "> 0 (inf: no clipping)")
-    if args.target_kl is not None:
-        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    for name in ("target_kl", "kl_penalty_target"):
+        if getattr(args, name) is not None:
+            need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
+    if args.kl_penalty is not None:
+        need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
         fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
              "(not empty, no '/', no '__', which separates the fields of a run name)")
@@ -608,6 +682,7 @@ def load_checkpoint(path, args):
              f"({type(e).__name__})")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    ckpt["args"] = {**ADDED_SETTINGS, **ckpt["args"]}
     missing = set(HYPERPARAMETERS) - set(ckpt["args"])
     if missing:
         fail(f"{path} lacks the settings {sorted(missing)}: it was written by another version of {SCRIPT}.py")
@@ -704,7 +779,7 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
         writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
-        "obs_rms": stats["obs_rms"], "return_rms": stats["return_rms"],
+        "obs_rms": stats["obs_rms"], "return_rms": stats["return_rms"], "kl_coef": stats["kl_coef"],
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": rng,
     }
@@ -785,14 +860,15 @@ class RunControl:
     def __init__(self, args, run, agent, optimizer, statistics, envs, writer, device, total_steps, start_iteration,
                  start_step):
         self.args, self.run, self.agent, self.optimizer, self.envs, self.writer = args, run, agent, optimizer, envs, writer
-        self.obs_rms, self.return_rms = statistics
+        self.obs_rms, self.return_rms, self.penalty = statistics
         self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop, self.last_saved_at = StopSignals(), time.time()
         self.completed, self.rng, self.stats = start_iteration - 1, rng_states(), self.statistics()
 
     def statistics(self):
-        return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict()}
+        return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict(),
+                "kl_coef": self.penalty.coef}
 
     def steps_per_second(self, global_step):
         return self.progress.steps_per_second(global_step)

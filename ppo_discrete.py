@@ -59,8 +59,11 @@ class Args:
     """passes over each rollout"""
     norm_adv: bool = True
     """normalise advantages per minibatch"""
+    clip_policy: bool = True
+    """clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value
+    loss keeps its own clipping: --clip-vloss, within +-clip_coef)"""
     clip_coef: float = 0.2
-    """surrogate clipping coefficient"""
+    """clipping coefficient of the surrogate objective, and of the value loss (--clip-vloss)"""
     anneal_clip: bool = False
     """anneal the clipping coefficient linearly to 0, like the learning rate"""
     clip_vloss: bool = True
@@ -124,6 +127,9 @@ class Args:
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
 _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
+# Settings added since checkpoints were first written, at the values that behave as the script did before them:
+# an older checkpoint resumes and evaluates with these.
+ADDED_SETTINGS = {"clip_policy": True}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
@@ -185,23 +191,30 @@ def value_loss(new_values, old_values, returns, clip_coef, clip=True):
     return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
 
 
-def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args):
+def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef, args,
+             kl=None, kl_coef=0.0):
     """[core-10] The loss of one minibatch, to minimise: policy loss - ent_coef * entropy + vf_coef * value
     loss, one loss for one optimizer. old_logprob and old_value are what the rollout stored: the ratio is
-    taken against the policy that acted. Returns (loss, diagnostics as detached scalars)."""
+    taken against the policy that acted. [kl-1] With `kl` (each sample's KL[old || new]), kl_coef * its mean
+    is added. Returns (loss, diagnostics as detached scalars)."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     if args.norm_adv:
         advantages = normalize(advantages)  # [core-7] the advantages, never the value targets
-    pg_loss = -clipped_surrogate(ratio, advantages, clip_coef).mean()
+    surrogate = clipped_surrogate(ratio, advantages, clip_coef) if args.clip_policy else ratio * advantages
+    pg_loss = -surrogate.mean()
     v_loss = value_loss(new_value, old_value, returns, clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    if kl is not None:
+        loss = loss + kl_coef * kl.mean()
     with torch.no_grad():
         # [core-12] Two estimators of KL(old || new); the second is unbiased and lower-variance.
         metrics = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
                    "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
                    "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean()}
+        if kl is not None:
+            metrics["kl_penalty"] = kl.mean().detach()
     return loss, metrics
 
 
@@ -503,6 +516,7 @@ def load_checkpoint(path, args):
              f"({type(e).__name__})")
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
+    ckpt["args"] = {**ADDED_SETTINGS, **ckpt["args"]}
     missing = set(HYPERPARAMETERS) - set(ckpt["args"])
     if missing:
         fail(f"{path} lacks the settings {sorted(missing)}: it was written by another version of {SCRIPT}.py")

@@ -32,8 +32,7 @@ MLP = ("ppo_discrete", "ppo_continuous")
 # (id, scripts it applies to, the exact text, what it becomes, the bug in words)
 MUTATIONS = [
     # The loss
-    ("pg-sign", ALL, "pg_loss = -clipped_surrogate(", "pg_loss = clipped_surrogate(",
-     "policy-gradient sign flipped"),
+    ("pg-sign", ALL, "pg_loss = -surrogate.mean()", "pg_loss = surrogate.mean()", "policy-gradient sign flipped"),
     ("entropy-sign", ALL, "loss = pg_loss - args.ent_coef * entropy_loss", "loss = pg_loss + args.ent_coef * entropy_loss",
      "entropy bonus sign flipped"),
     ("normalise-returns", ALL, "advantages = normalize(advantages)", "returns = normalize(returns)",
@@ -42,6 +41,14 @@ MUTATIONS = [
      "value-clipping flag inverted"),
     ("vtarget-swap", ALL, "value_loss(new_value, old_value, returns,", "value_loss(new_value, returns, old_value,",
      "value loss's target and old value swapped"),
+    ("clip-policy-ignored", ALL, "if args.clip_policy else ratio * advantages", "if True else ratio * advantages",
+     "--no-clip-policy ignored"),
+    ("kl-penalty-sign", ALL, "loss = loss + kl_coef * kl.mean()", "loss = loss - kl_coef * kl.mean()",
+     "KL penalty rewarded instead of charged"),
+    ("kl-adapt-reversed", ("ppo_continuous",), "if mean_kl < target / 1.5:\n        return beta / 2",
+     "if mean_kl < target / 1.5:\n        return beta * 2", "adaptive beta doubled where it should halve"),
+    ("kl-beta-not-saved", ("ppo_continuous",), '"kl_coef": stats["kl_coef"],', '"kl_coef": 1.0,',
+     "adaptive beta not kept by the checkpoint"),
     ("kl-estimator", ALL, '"approx_kl": ((ratio - 1) - logratio).mean()', '"approx_kl": (-logratio).mean()',
      "approximate KL logged with the other estimator"),
     # The update loop

@@ -88,7 +88,7 @@ a checkpoint and resume from it next time). Slurm mode: 0 once the array is subm
 
 Examples:
   benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1,Acrobot-v1,MountainCar-v0 -n 3
-  benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1 -n 3 -v noclip -- --clip-coef 100
+  benchmarks/sweep.sh -s ppo_discrete.py -e CartPole-v1 -n 3 -v noclip -- --no-clip-policy
   benchmarks/sweep.sh -s ppo_atari.py -e BreakoutNoFrameskip-v4 --seeds 1,2,3 --slurm \
       --slurm-cpus 8 --slurm-time 08:00:00 --slurm-max-parallel 6 -- --threads 8
   python benchmarks/compare.py benchmarks/sweeps      # tables and plots of what the sweeps wrote

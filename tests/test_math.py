@@ -162,7 +162,7 @@ NEW_VALUE, OLD_VALUE, RETURNS = [1.5, 0.9, 3.0, 0.0], [1.0, 1.0, 1.0, 0.0], [2.0
 
 
 def settings(**changes):
-    values = dict(norm_adv=False, clip_vloss=True, ent_coef=0.01, vf_coef=0.5)
+    values = dict(norm_adv=False, clip_policy=True, clip_vloss=True, ent_coef=0.01, vf_coef=0.5)
     values.update(changes)
     return SimpleNamespace(**values)
 
@@ -257,3 +257,31 @@ def test_ppo_loss_clip_range_is_the_one_given(m):
     assert wide["clipfrac"].item() == 0.0  # every ratio lies within [0.4, 1.6]
     r, a = np.array(RATIOS), np.array(ADVANTAGES)
     assert wide["policy_loss"].item() == pytest.approx(-np.mean(np.minimum(r * a, np.clip(r, 0.4, 1.6) * a)))
+
+
+def test_ppo_loss_without_policy_clipping_keeps_the_value_clip(m):
+    """--no-clip-policy: the plain surrogate r A, whose gradient flows for every sample; the value loss is the
+    clipped one still."""
+    new_logprob, entropy, new_value = loss_inputs()
+    loss, metrics = m.ppo_loss(new_logprob, entropy, new_value, t(OLD_LOGPROB), t(OLD_VALUE), t(ADVANTAGES),
+                               t(RETURNS), 0.2, settings(clip_policy=False))
+    r, a = np.array(RATIOS), np.array(ADVANTAGES)
+    assert metrics["policy_loss"].item() == pytest.approx(-np.mean(r * a))  # -(3.0 - 0.7 + 0.65 + 1.8) / 4
+    assert metrics["value_loss"].item() == pytest.approx(0.5 * np.mean(clipped_value_errors()), rel=1e-6)
+    loss.backward()
+    torch.testing.assert_close(new_logprob.grad, t(-r * a / 4), atol=1e-6, rtol=0)
+
+
+def test_ppo_loss_adds_the_kl_penalty(m):
+    """[kl-1] loss + kl_coef * mean KL, its gradient kl_coef / n on each sample's KL."""
+    new_logprob, entropy, new_value = loss_inputs()
+    args = settings()
+    plain, _ = m.ppo_loss(new_logprob, entropy, new_value, t(OLD_LOGPROB), t(OLD_VALUE), t(ADVANTAGES), t(RETURNS),
+                          0.2, args)
+    kl = t([0.1, 0.2, 0.3, 0.6]).requires_grad_()
+    loss, metrics = m.ppo_loss(new_logprob, entropy, new_value, t(OLD_LOGPROB), t(OLD_VALUE), t(ADVANTAGES),
+                               t(RETURNS), 0.2, args, kl, 3.0)
+    assert loss.item() == pytest.approx(plain.item() + 3.0 * 0.3, rel=1e-6)
+    assert metrics["kl_penalty"].item() == pytest.approx(0.3)
+    loss.backward()
+    torch.testing.assert_close(kl.grad, torch.full((4,), 3.0 / 4))
