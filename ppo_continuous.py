@@ -724,11 +724,8 @@ class Run:
 def open_run(args, ckpt, num_iterations):
     """The run to train: a new one, or the checkpoint's (None, said so, if it has nothing left to train)."""
     if ckpt is None:
-        name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = os.path.join("runs", name)
-        if os.path.exists(run_dir):
-            fail(f"{run_dir} already exists; not overwriting it")
-        return Run(name, run_dir, f"videos/{name}")
+        name = new_run_name(args)
+        return Run(name, os.path.join("runs", name), f"videos/{name}")
     if ckpt["iteration"] >= num_iterations:
         print(f"{ckpt['run_name']} already finished ({ckpt['global_step']} of {args.total_timesteps} steps): nothing "
               f"to train. To train longer, start a new run with a larger --total-timesteps.")
@@ -736,6 +733,20 @@ def open_run(args, ckpt, num_iterations):
     # A resumed run records into a folder of its own: video ids restart at 0 and would overwrite.
     video_dir = unused_folder(f"videos/{ckpt['run_name']}/resumed-at-step-{ckpt['global_step']}")
     return Run(ckpt["run_name"], resumed_run_dir(args.resume, ckpt), video_dir)
+
+
+def new_run_name(args):
+    """{env}__{exp_name}__{seed}__{unix time}, its folder made at once: of two runs started in the same second
+    with the same settings, the second takes the next second's name instead of writing into the first's."""
+    os.makedirs("runs", exist_ok=True)
+    stamp = int(time.time())
+    while True:
+        name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{stamp}"
+        try:
+            os.mkdir(os.path.join("runs", name))
+            return name
+        except FileExistsError:
+            stamp += 1
 
 
 def unused_folder(path):

@@ -675,3 +675,17 @@ def test_a_checkpoint_from_before_the_added_settings_still_loads(script, checkpo
     torch.save(ckpt, tmp_path / "older.pt")
     loaded = module.load_checkpoint(str(tmp_path / "older.pt"), module.Args())
     assert {name: loaded["args"][name] for name in module.ADDED_SETTINGS} == module.ADDED_SETTINGS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(script, tmp_path, monkeypatch, capsys):
+    module = load_script(script)
+    monkeypatch.setattr(module.time, "time", lambda: 1_800_000_000.0)  # the clock stands still
+    for lr in (1e-3, 3e-4):
+        code, err, _ = main_in_process(module, [*TINY[script], "--no-progress", "--learning-rate", lr], tmp_path,
+                                       monkeypatch, capsys)
+        assert code == 0, err
+    folders = run_dirs(tmp_path)
+    assert [d.name.rsplit("__", 1)[1] for d in folders] == ["1800000000", "1800000001"]
+    first_lrs = [read_scalars(d)["charts/learning_rate"][0][1] for d in folders]
+    assert first_lrs == [pytest.approx(1e-3), pytest.approx(3e-4)]  # each folder holds its own run only
