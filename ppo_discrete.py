@@ -502,6 +502,20 @@ def check_args(args, merged=False):
             fail("minibatches of one sample cannot be normalised: use fewer --num-minibatches or --no-norm-adv")
 
 
+def check_tracking(args):
+    """--track needs a Weights & Biases login, or WANDB_MODE=offline: said before any work, in one line."""
+    if not args.track or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled"):
+        return
+    import wandb
+
+    try:
+        logged_in = wandb.login(prompt=False, verify=False)  # reads the key; asks nothing, sends nothing
+    except Exception as e:  # a malformed key
+        fail(f"--track: {e}")
+    if not logged_in:
+        fail("--track: no Weights & Biases login here: run `wandb login`, or set WANDB_MODE=offline to log offline")
+
+
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
     if os.path.isdir(path):
@@ -794,7 +808,8 @@ def open_logs(args, run, resumed_at):
         # Patching before init lets finish() return at once instead of waiting on the TensorBoard sync.
         wandb.tensorboard.patch(root_logdir=run.dir)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=asdict(args),
-                   name=run.name, id=run.name, resume="allow", save_code=True)
+                   name=run.name, id=run.name, resume="allow", save_code=True,
+                   settings=wandb.Settings(quiet=True))  # its summary would bury the run's own lines
     from torch.utils.tensorboard import SummaryWriter
 
     # On resume, purge_step hides what the interrupted run logged after its checkpoint's step.
@@ -868,6 +883,7 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
 def main():
     args = tyro.cli(Args)
     check_args(args)
+    check_tracking(args)
     ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args) if args.eval_checkpoint or args.resume else None
     if ckpt is not None:
         args.env_id = ckpt["args"]["env_id"]

@@ -589,6 +589,9 @@ def test_track_works_offline(tmp_path):
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), result.stderr
     only_run_dir(tmp_path)
+    # wandb says where its data went, in a few lines, not a summary that buries the run's own lines.
+    wandb_lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("wandb:")]
+    assert 1 <= len(wandb_lines) <= 3, wandb_lines
 
 
 def test_resumed_run_records_video_in_its_own_folder(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from conftest import SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_scripts
+from conftest import SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_script, run_scripts, script_env
 
 # Tiny runs: 4 iterations of 128 steps, 4 epochs of 4 minibatches of 32 (16 updates an iteration).
 TINY = {
@@ -689,3 +689,15 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(script, tm
     assert [d.name.rsplit("__", 1)[1] for d in folders] == ["1800000000", "1800000001"]
     first_lrs = [read_scalars(d)["charts/learning_rate"][0][1] for d in folders]
     assert first_lrs == [pytest.approx(1e-3), pytest.approx(3e-4)]  # each folder holds its own run only
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_track_without_a_wandb_login_is_one_error_line_before_any_work(script, tmp_path):
+    env = script_env(HOME=tmp_path)  # a home with no wandb login
+    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+        env.pop(name, None)
+    result = run_script(script, *TINY[script], "--track", cwd=tmp_path, env=env, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --track: ") and "WANDB_MODE=offline" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "wandb").exists()
