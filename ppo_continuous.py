@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import time
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
@@ -604,7 +605,9 @@ def check_env(env_id):
     if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
         fail(f"{env_id} is an Atari game: use ppo_atari.py")
     try:
-        env = gym_make_quietly(env_id)
+        with warnings.catch_warnings():  # "out of date" would stand before the error line; training warns
+            warnings.simplefilter("ignore", DeprecationWarning)
+            env = gym_make_quietly(env_id)
     except (gym.error.Error, ImportError) as e:
         fail(f"unknown or unavailable env id '{env_id}': {e}")
     obs_space, act_space = env.observation_space, env.action_space

@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
@@ -444,7 +445,9 @@ def check_env(env_id):
     # MUJOCO_LOG.TXT into the working directory, and a rejected id must leave nothing behind.
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         try:
-            env = gym.make(env_id)
+            with warnings.catch_warnings():  # "out of date" would stand before the error line; training warns
+                warnings.simplefilter("ignore", DeprecationWarning)
+                env = gym.make(env_id)
         except (gym.error.Error, ImportError) as e:
             fail(f"unknown or unavailable env id '{env_id}': {e}")
     obs_space, act_space = env.observation_space, env.action_space

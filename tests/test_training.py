@@ -701,3 +701,11 @@ def test_track_without_a_wandb_login_is_one_error_line_before_any_work(script, t
     assert result.stderr.startswith("error: --track: ") and "WANDB_MODE=offline" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.parametrize("script, env_id", [("ppo_continuous", "Hopper-v3"), ("ppo_discrete", "Taxi-v3")])
+def test_an_id_gymnasium_retired_is_one_clean_error_line(script, env_id, tmp_path):
+    result = run_script(script, "--env-id", env_id, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: unknown or unavailable env id '{env_id}'"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "\x1b[" not in result.stderr, result.stderr
