@@ -685,10 +685,16 @@ def check_tracking(args):
         fail("--track: no Weights & Biases login here: run `wandb login`, or set WANDB_MODE=offline to log offline")
 
 
+def checkpoint_file(path):
+    """A run folder given for a checkpoint stands for the checkpoint.pt in it."""
+    inside = os.path.join(path, "checkpoint.pt") if path else None
+    return inside if inside and os.path.isdir(path) and os.path.isfile(inside) else path
+
+
 def load_checkpoint(path, args):
     """Read a checkpoint and check it belongs to this script and to the env asked for."""
     if os.path.isdir(path):
-        fail(f"{path} is a folder, not a checkpoint file (a run's checkpoint is RUN_DIR/checkpoint.pt)")
+        fail(f"{path} is a folder without a checkpoint.pt (a run's checkpoint is RUN_DIR/checkpoint.pt)")
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
@@ -1088,6 +1094,7 @@ def main():
     args = tyro.cli(Args)
     check_args(args)
     check_tracking(args)
+    args.resume, args.eval_checkpoint = checkpoint_file(args.resume), checkpoint_file(args.eval_checkpoint)
     ckpt = load_checkpoint(args.eval_checkpoint or args.resume, args) if args.eval_checkpoint or args.resume else None
     if ckpt is not None:
         args.env_id = ckpt["args"]["env_id"]

@@ -36,7 +36,8 @@ def t(values):
 # normalize_over_processes in normalize's place: tests/test_atari_distributed.py checks it).
 SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "normalize", "clipped_surrogate", "value_loss", "ppo_loss",
                "explained_variance", "layer_init", "restore_checkpoint", "checkpoint_due", "fmt_duration",
-               "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name"]
+               "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name",
+               "checkpoint_file"]
 
 
 def function_trees(script):

@@ -709,3 +709,14 @@ def test_an_id_gymnasium_retired_is_one_clean_error_line(script, env_id, tmp_pat
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: unknown or unavailable env id '{env_id}'"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "\x1b[" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_run_folder_stands_for_its_checkpoint(script, checkpoints, tmp_path, monkeypatch, capsys):
+    module = load_script(script)
+    run_dir = checkpoints[script].parent
+    assert module.checkpoint_file(str(run_dir)) == str(run_dir / "checkpoint.pt")
+    assert module.checkpoint_file(str(tmp_path)) == str(tmp_path)  # no checkpoint.pt in it: left to be refused
+    assert module.checkpoint_file(None) is None
+    code, err, out = main_in_process(module, ["--resume", run_dir], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "already finished" in out, err
