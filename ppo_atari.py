@@ -942,7 +942,7 @@ class RunControl:
     def start(self, agent, optimizer, envs, writer, start_iteration, start_step):
         self.agent, self.optimizer, self.envs, self.writer = agent, optimizer, envs, writer
         self.progress = Progress(self.args.progress and RANK == 0, self.args.progress_interval, self.total_steps,
-                                 start_step)
+                                 start_step, measure="score")
         self.last_saved_at, self.completed, self.rng = time.time(), start_iteration - 1, rng_states()
 
     def stopping(self):
@@ -996,12 +996,12 @@ def fmt_duration(seconds):
 class Progress:
     """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
     a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
-    goes, what game score it has reached and when it will be done (an Atari budget can take hours on a CPU)."""
+    goes, what it has reached (`measure` of the last 100 episodes) and when it will be done."""
 
-    def __init__(self, enabled, interval, total_steps, start_step):
+    def __init__(self, enabled, interval, total_steps, start_step, measure="return"):
         self.live = enabled and sys.stdout.isatty()
         self.plain = enabled and not self.live
-        self.interval, self.total_steps = interval, total_steps
+        self.interval, self.total_steps, self.measure = interval, total_steps, measure
         self.start_time, self.start_step, self.last_line = time.time(), start_step, None
 
     def steps_per_second(self, global_step):
@@ -1014,17 +1014,18 @@ class Progress:
             return "-"
         return fmt_duration((self.total_steps - global_step) * (time.time() - self.start_time) / done)
 
-    def update(self, global_step, recent_scores):
-        mean_score = f"{np.mean(recent_scores):.1f}" if recent_scores else "-"
-        sps, eta = self.steps_per_second(global_step), self.eta(global_step)
+    def line(self, global_step, recent):
+        mean = f"{np.mean(recent):.1f}" if recent else "-"
+        return (f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
+                f"{self.steps_per_second(global_step)} steps/s  {self.measure}(last 100) {mean}  "
+                f"elapsed {fmt_duration(time.time() - self.start_time)}  eta {self.eta(global_step)}")
+
+    def update(self, global_step, recent):
         if self.live:
-            print(f"\rstep {global_step}/{self.total_steps}  {sps} steps/s  score(last 100) {mean_score}  "
-                  f"eta {eta}   ", end="", flush=True)
+            print(f"\r{self.line(global_step, recent)}   ", end="", flush=True)
         elif self.plain and (self.last_line is None or time.time() - self.last_line >= self.interval):
             self.last_line = time.time()
-            print(f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
-                  f"{sps} steps/s  score(last 100) {mean_score}  "
-                  f"elapsed {fmt_duration(time.time() - self.start_time)}  eta {eta}", flush=True)
+            print(self.line(global_step, recent), flush=True)
 
     def end_line(self):
         if self.live:

@@ -762,28 +762,36 @@ def fmt_duration(seconds):
 class Progress:
     """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
     a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
-    goes and what it has reached."""
+    goes, what it has reached (`measure` of the last 100 episodes) and when it will be done."""
 
-    def __init__(self, enabled, interval, total_steps, start_step):
+    def __init__(self, enabled, interval, total_steps, start_step, measure="return"):
         self.live = enabled and sys.stdout.isatty()
         self.plain = enabled and not self.live
-        self.interval, self.total_steps = interval, total_steps
+        self.interval, self.total_steps, self.measure = interval, total_steps, measure
         self.start_time, self.start_step, self.last_line = time.time(), start_step, None
 
     def steps_per_second(self, global_step):
         return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
 
-    def update(self, global_step, recent_returns):
-        mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-        sps = self.steps_per_second(global_step)
+    def eta(self, global_step):
+        """The rest of the budget at the speed so far."""
+        done = global_step - self.start_step
+        if done <= 0:
+            return "-"
+        return fmt_duration((self.total_steps - global_step) * (time.time() - self.start_time) / done)
+
+    def line(self, global_step, recent):
+        mean = f"{np.mean(recent):.1f}" if recent else "-"
+        return (f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
+                f"{self.steps_per_second(global_step)} steps/s  {self.measure}(last 100) {mean}  "
+                f"elapsed {fmt_duration(time.time() - self.start_time)}  eta {self.eta(global_step)}")
+
+    def update(self, global_step, recent):
         if self.live:
-            print(f"\rstep {global_step}/{self.total_steps}  {sps} steps/s  return(last 100) {mean_return}   ",
-                  end="", flush=True)
+            print(f"\r{self.line(global_step, recent)}   ", end="", flush=True)
         elif self.plain and (self.last_line is None or time.time() - self.last_line >= self.interval):
             self.last_line = time.time()
-            print(f"step {global_step}/{self.total_steps} ({100 * global_step / self.total_steps:.0f}%)  "
-                  f"{sps} steps/s  return(last 100) {mean_return}  "
-                  f"elapsed {fmt_duration(time.time() - self.start_time)}", flush=True)
+            print(self.line(global_step, recent), flush=True)
 
     def end_line(self):
         if self.live:

@@ -608,7 +608,7 @@ def test_output_to_a_file_says_what_the_run_does(trained):
 def test_progress_lines_estimate_the_time_left(monkeypatch, capsys):
     clock = [1000.0]
     monkeypatch.setattr(pa.time, "time", lambda: clock[0])
-    plain = pa.Progress(True, 60, total_steps=10_000, start_step=1000)  # resumed at step 1000
+    plain = pa.Progress(True, 60, total_steps=10_000, start_step=1000, measure="score")  # resumed at step 1000
     clock[0] += 50
     plain.update(1500, [3.0, 5.0])  # 500 steps in 50 s: 10 steps/s, 8500 steps left
     clock[0] += 30
@@ -616,10 +616,11 @@ def test_progress_lines_estimate_the_time_left(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out == "step 1500/10000 (15%)  10 steps/s  score(last 100) 4.0  elapsed 0:00:50  eta 0:14:10\n"
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    live = pa.Progress(True, 60, total_steps=100_000, start_step=0)
+    live = pa.Progress(True, 60, total_steps=100_000, start_step=0, measure="score")
     clock[0] += 100
-    live.update(1000, [])  # 10 steps/s, 99,000 steps left: 2 h 45 min
-    assert capsys.readouterr().out == "\rstep 1000/100000  10 steps/s  score(last 100) -  eta 2:45:00   "
+    live.update(1000, [])  # 10 steps/s, 99,000 steps left: 2 h 45 min; a terminal line says all a log line says
+    assert capsys.readouterr().out == ("\rstep 1000/100000 (1%)  10 steps/s  score(last 100) -  elapsed 0:01:40  "
+                                       "eta 2:45:00   ")
 
 
 def test_start_line_says_the_cpu_stands_in_for_a_missing_gpu(tmp_path, monkeypatch, capsys):
