@@ -14,7 +14,8 @@ Plain functions (import them with `from conftest import ...`; pytest puts this d
 - main_in_process(module, args, cwd, monkeypatch, capsys)  a script's main() in this process:
                                  (exit code, stderr, stdout)
 
-Autouse: every test gets the signal handlers it started with back (a main() run in-process installs its own,
+Autouse: each test file runs on one torch thread (put back after it), and every test gets the signal handlers it
+started with back (a main() run in-process installs its own,
 which would otherwise swallow pytest's SIGTERM and first Ctrl-C for the rest of the session).
 """
 
@@ -31,6 +32,18 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["ppo_discrete", "ppo_continuous", "ppo_atari"]
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """main() run in this process, and the tests' own tensors, on one intra-op thread: the tiny networks are
+    faster so, and much faster on a busy two-core machine. Put back after each test file."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

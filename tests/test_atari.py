@@ -39,15 +39,6 @@ PER_ITERATION_TAGS = [t for t in ALL_TAGS if not t.startswith("charts/episodic")
 LR = 2.5e-4  # the script's default learning rate
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """main() run in this process keeps torch's default threads: one, on a busy two-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tap(env):
     """Record every raw emulator step of `env` (a gym env or one made by the script) as (action, reward, frame)."""
     raw, calls = env.unwrapped, []

@@ -41,15 +41,6 @@ ALL_TAGS = [
 PER_ITERATION_TAGS = [t for t in ALL_TAGS if not t.startswith("charts/episodic")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny tensors: one intra-op thread is faster, and much faster on a busy two-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def t(x):
     return torch.tensor(x, dtype=torch.float32)
 

@@ -31,14 +31,6 @@ TINY = {
 ITERATIONS, MINIBATCHES, EPOCHS, BATCH = 4, 4, 4, 128
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class Watch:
     """Records every ppo_loss call (inputs and result) and every optimizer step (learning rate and the norm of
     the gradient it applies) of a main() run in this process."""
