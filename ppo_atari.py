@@ -1100,6 +1100,9 @@ def close_run(args, envs, writer):
 
         wandb.finish()
     if WORLD_SIZE > 1:
+        # [aux-2] Together: a process that left the group while rank 0 still wrote the checkpoint was, now and
+        # then, aborted at exit by a communication thread (status 1 for a finished run).
+        dist.barrier()
         dist.destroy_process_group()
 
 
