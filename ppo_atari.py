@@ -24,6 +24,7 @@ with a checkpoint of the last whole iteration, and it prints the command that re
 
 import atexit
 import contextlib
+import difflib
 import ctypes
 import math
 import multiprocessing
@@ -650,6 +651,19 @@ def flags_given():
     """Names of the Args fields set on the command line (--no-x counts as x), to tell them from defaults."""
     names = {a[2:].split("=")[0].replace("-", "_") for a in sys.argv[1:] if a.startswith("--")}
     return names | {n[3:] for n in names if n.startswith("no_")}
+
+
+def check_flags(argv):
+    """An unknown flag gets one error line naming the nearest real ones (tyro would draw a box of them)."""
+    known = [f.name.replace("_", "-") for f in fields(Args)]
+    for arg in argv:
+        name = arg[2:].split("=")[0].replace("_", "-") if arg.startswith("--") else None
+        if name is None or name == "help" or name in known or (name.startswith("no-") and name[3:] in known):
+            continue
+        initials = [k for k in known if "".join(word[0] for word in k.split("-")) == name]  # --lr
+        near = list(dict.fromkeys(initials + difflib.get_close_matches(name, known, n=2, cutoff=0.6)))
+        hint = f"; did you mean {' or '.join('--' + k for k in near)}?" if near else ""
+        fail(f"unknown flag --{name}{hint} (python {SCRIPT}.py --help lists them all)")
 
 
 def check_args(args, merged=False):
@@ -1365,6 +1379,7 @@ def keep_freed_memory_for_reuse():
 
 
 def main():
+    check_flags(sys.argv[1:])
     args = tyro.cli(Args)
     check_args(args)
     check_tracking(args)

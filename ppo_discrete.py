@@ -12,6 +12,7 @@ search for them.
 
 
 import contextlib
+import difflib
 import math
 import os
 import re
@@ -468,6 +469,19 @@ def flags_given():
     return names | {n[3:] for n in names if n.startswith("no_")}
 
 
+def check_flags(argv):
+    """An unknown flag gets one error line naming the nearest real ones (tyro would draw a box of them)."""
+    known = [f.name.replace("_", "-") for f in fields(Args)]
+    for arg in argv:
+        name = arg[2:].split("=")[0].replace("_", "-") if arg.startswith("--") else None
+        if name is None or name == "help" or name in known or (name.startswith("no-") and name[3:] in known):
+            continue
+        initials = [k for k in known if "".join(word[0] for word in k.split("-")) == name]  # --lr
+        near = list(dict.fromkeys(initials + difflib.get_close_matches(name, known, n=2, cutoff=0.6)))
+        hint = f"; did you mean {' or '.join('--' + k for k in near)}?" if near else ""
+        fail(f"unknown flag --{name}{hint} (python {SCRIPT}.py --help lists them all)")
+
+
 def check_args(args, merged=False):
     """Every setting in its range before any work starts: one error line naming the flag, nothing written."""
     def need(name, ok, allowed):
@@ -898,6 +912,7 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
 
 
 def main():
+    check_flags(sys.argv[1:])
     args = tyro.cli(Args)
     check_args(args)
     check_tracking(args)

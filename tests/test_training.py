@@ -712,3 +712,23 @@ def test_a_run_folder_stands_for_its_checkpoint(script, checkpoints, tmp_path, m
     assert module.checkpoint_file(None) is None
     code, err, out = main_in_process(module, ["--resume", run_dir], tmp_path, monkeypatch, capsys)
     assert code == 0 and "already finished" in out, err
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("flag, suggestion", [("--lr", "--learning-rate"), ("--total-timestep", "--total-timesteps"),
+                                              ("--bogus-flag", None)])
+def test_an_unknown_flag_is_one_error_line_with_the_nearest_real_ones(script, flag, suggestion, tmp_path, monkeypatch,
+                                                                      capsys):
+    module = load_script(script)
+    code, err, out = main_in_process(module, [flag, 3], tmp_path, monkeypatch, capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: unknown flag {flag}")
+    assert (f"did you mean {suggestion}?" in err) if suggestion else ("did you mean" not in err)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_known_flags_pass_the_flag_check_in_every_spelling(script):
+    module = load_script(script)
+    module.check_flags(["--learning-rate", "1e-3", "--learning_rate=1e-3", "--no-anneal-lr", "--anneal-lr", "--help",
+                        "-h", "--seed", "-1"])  # no SystemExit
