@@ -331,6 +331,21 @@ outdir="$(cd "$outdir" && pwd)"
 vdir="$outdir/$script_name/$variant"
 # The interpreter itself (not a pyenv shim or alias), so the logged command and Slurm tasks use exactly it.
 python_abs=$("$python" -c 'import sys; print(sys.executable)') || die "cannot run $python"
+# The extra arguments as the script reads them (its own flag, value and range checks), checked once here: a typo
+# would otherwise fail every run, each with the same line in its log.
+if [ ${#extra[@]} -gt 0 ]; then
+    "$python_abs" - "$script_abs" "${extra[@]}" <<'PY' || exit 2
+import importlib.util, sys
+path, extra = sys.argv[1], sys.argv[2:]
+spec = importlib.util.spec_from_file_location("checked_script", path)
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+if hasattr(script, "check_flags"):  # one of these scripts, or a copy of one
+    sys.argv = [path, *extra]
+    script.check_flags(extra)
+    script.check_args(script.tyro.cli(script.Args, args=extra))
+PY
+fi
 
 # A variant is one configuration: refuse to mix runs made with different extra arguments under one name.
 extra_quoted=""

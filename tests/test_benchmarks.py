@@ -520,3 +520,15 @@ def test_clip_gif_makes_a_small_gif_or_refuses(tmp_path):
     with pytest.raises(SystemExit, match="--max-kb 1"):
         clip_gif.main([str(tmp_path / "in.mp4"), str(tmp_path / "big.gif"), "--max-kb", "1"])
     assert not (tmp_path / "big.gif").exists()
+
+
+def test_sweep_checks_the_extra_arguments_once_before_any_run(tmp_path):
+    """A typo after -- is one error line from the script's own check, before any run or record of the variant."""
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-n", 2, "-v", "typo", "-o", tmp_path, "--", "--total-timestep", 20000)
+    assert r.returncode == 2
+    assert "error: unknown flag --total-timestep; did you mean --total-timesteps?" in r.stderr
+    assert [line for line in r.stderr.splitlines() if "error" in line] == [r.stderr.strip().splitlines()[-1]]
+    assert not (tmp_path / "ppo_discrete").exists()  # no sweep_args: the corrected command is not refused
+    r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-n", 2, "-v", "typo", "-o", tmp_path, "--dry-run", "--",
+              "--total-timesteps", 20000)
+    assert r.returncode == 0, r.stderr
