@@ -333,17 +333,16 @@ vdir="$outdir/$script_name/$variant"
 python_abs=$("$python" -c 'import sys; print(sys.executable)') || die "cannot run $python"
 # The extra arguments as the script reads them (its own flag, value and range checks), checked once here: a typo
 # would otherwise fail every run, each with the same line in its log.
-if [ ${#extra[@]} -gt 0 ]; then
+if [ ${#extra[@]} -gt 0 ] && grep -q '^def check_flags' "$script_abs"; then  # one of these scripts, or a copy
     "$python_abs" - "$script_abs" "${extra[@]}" <<'PY' || exit 2
 import importlib.util, sys
 path, extra = sys.argv[1], sys.argv[2:]
 spec = importlib.util.spec_from_file_location("checked_script", path)
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)
-if hasattr(script, "check_flags"):  # one of these scripts, or a copy of one
-    sys.argv = [path, *extra]
-    script.check_flags(extra)
-    script.check_args(script.tyro.cli(script.Args, args=extra))
+sys.argv = [path, *extra]
+script.check_flags(extra)
+script.check_args(script.tyro.cli(script.Args, args=extra))
 PY
 fi
 
