@@ -331,20 +331,6 @@ outdir="$(cd "$outdir" && pwd)"
 vdir="$outdir/$script_name/$variant"
 # The interpreter itself (not a pyenv shim or alias), so the logged command and Slurm tasks use exactly it.
 python_abs=$("$python" -c 'import sys; print(sys.executable)') || die "cannot run $python"
-# The extra arguments as the script reads them (its own flag, value and range checks), checked once here: a typo
-# would otherwise fail every run, each with the same line in its log.
-if [ ${#extra[@]} -gt 0 ] && grep -q '^def check_flags' "$script_abs"; then  # one of these scripts, or a copy
-    "$python_abs" - "$script_abs" "${extra[@]}" <<'PY' || exit 2
-import importlib.util, sys
-path, extra = sys.argv[1], sys.argv[2:]
-spec = importlib.util.spec_from_file_location("checked_script", path)
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)
-sys.argv = [path, *extra]
-script.check_flags(extra)
-script.check_args(script.tyro.cli(script.Args, args=extra))
-PY
-fi
 
 # A variant is one configuration: refuse to mix runs made with different extra arguments under one name.
 extra_quoted=""
@@ -388,6 +374,22 @@ n_todo=${#todo_dirs[@]}
 echo "$PROG: $script_name / $variant: $n_total runs, $n_skipped already done, $n_todo to run" \
     "($n_resume from a checkpoint)" >&2
 
+# The extra arguments as the script reads them (its own flag, value and range checks), checked once before any
+# run and before the variant is recorded: a typo would otherwise fail every run, each with the same log line.
+check_extra_args() {
+    [ ${#extra[@]} -gt 0 ] && grep -q '^def check_flags' "$script_abs" || return 0  # these scripts, or a copy
+    "$python_abs" - "$script_abs" "${extra[@]}" <<'PY' || exit 2
+import importlib.util, sys
+path, extra = sys.argv[1], sys.argv[2:]
+spec = importlib.util.spec_from_file_location("checked_script", path)
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+sys.argv = [path, *extra]
+script.check_flags(extra)
+script.check_args(script.tyro.cli(script.Args, args=extra))
+PY
+}
+
 record_sweep() {
     mkdir -p -- "$vdir"
     printf '%s' "$extra_quoted" >"$vdir/sweep_args"
@@ -408,6 +410,7 @@ if [ "$slurm" -eq 1 ]; then
         [ -z "$queued" ] || die "job(s) ${queued}of $job_name are still queued or running; wait for them" \
             "(squeue -n $job_name) or cancel them (scancel -n $job_name) before submitting the sweep again"
     fi
+    check_extra_args
     sdir="$vdir/slurm"
     stamp=$(date +%Y%m%d-%H%M%S)-$$
     job_file="$sdir/array-$stamp.sh"
@@ -454,6 +457,7 @@ fi
 # ---------------------------------------------------------------------------------------------------
 # Local mode: a pool of $jobs workers
 # ---------------------------------------------------------------------------------------------------
+[ "$n_todo" -eq 0 ] || check_extra_args
 if [ "$dry_run" -eq 1 ]; then
     for ((i = 0; i < n_todo; i++)); do
         printf 'cd %q && OMP_NUM_THREADS=1 %s\n' "${todo_dirs[$i]}" "${todo_cmds[$i]}"
