@@ -820,12 +820,13 @@ def open_run(args, ckpt, num_iterations):
 
 
 def new_run_name(args):
-    """{env}__{exp_name}__{seed}__{unix time}, its folder made at once: of two runs started in the same second
-    with the same settings, the second takes the next second's name instead of writing into the first's."""
+    """{env}__{exp_name}__{seed}__{unix time} ("ALE/Pong-v5" and "module:Env-v0" written with "_"), its folder
+    made at once: of two runs started in the same second with the same settings, the second takes the next
+    second's name instead of writing into the first's."""
     os.makedirs("runs", exist_ok=True)
     stamp = int(time.time())
     while True:
-        name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{stamp}"
+        name = f"{re.sub('[/:]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"  # a folder, not a path
         try:
             os.mkdir(os.path.join("runs", name))
             return name

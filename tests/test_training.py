@@ -732,3 +732,12 @@ def test_known_flags_pass_the_flag_check_in_every_spelling(script):
     module = load_script(script)
     module.check_flags(["--learning-rate", "1e-3", "--learning_rate=1e-3", "--no-anneal-lr", "--anneal-lr", "--help",
                         "-h", "--seed", "-1"])  # no SystemExit
+
+
+def test_a_custom_env_id_names_a_plain_folder(tmp_path, monkeypatch):
+    """An id with a module path ("module:Env-v0") or a namespace ("ALE/Pong-v5") is one folder, not a path."""
+    module = load_script("ppo_discrete")
+    monkeypatch.chdir(tmp_path)
+    name = module.new_run_name(module.Args(env_id="gymnasium.envs.classic_control.cartpole:CartPoleEnv"))
+    assert ":" not in name and "/" not in name and (tmp_path / "runs" / name).is_dir()
+    assert name.startswith("gymnasium.envs.classic_control.cartpole_CartPoleEnv__ppo_discrete__1__")
