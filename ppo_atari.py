@@ -437,39 +437,6 @@ class Agent(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# The environment
-# ----------------------------------------------------------------------------------------------
-
-
-def make_training_envs(args, num_envs, first_env, video_dir):
-    """Envs first_env .. first_env + num_envs - 1 of the run, on the path --env-path and --async-envs choose.
-    [core-1] SAME_STEP autoreset: the step that ends an episode returns the first observation of the next one,
-    and the true last observation in info["final_obs"]."""
-    if args.env_path == "ale-vector":
-        return make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
-    env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
-                for i in range(first_env, first_env + num_envs)]
-    if not args.async_envs:
-        return gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    # Forked workers inherit StopSignals (installed before this), which leaves stopping them to this process.
-    envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
-                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    atexit.register(kill_env_workers, envs)
-    return envs
-
-
-def finished_games(info):
-    """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
-    the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
-    final = info.get("final_info", {})
-    if "episode" not in final:
-        return []
-    ended = info["_final_info"] & final["_episode"]
-    return [(i, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in np.flatnonzero(ended)]
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
 
@@ -1277,6 +1244,34 @@ class NoLogs:
 # ----------------------------------------------------------------------------------------------
 # Env speed paths: ale-py's vector env, worker processes for --async-envs, memory reuse
 # ----------------------------------------------------------------------------------------------
+
+
+def make_training_envs(args, num_envs, first_env, video_dir):
+    """Envs first_env .. first_env + num_envs - 1 of the run, on the path --env-path and --async-envs choose.
+    [core-1] SAME_STEP autoreset: the step that ends an episode returns the first observation of the next one,
+    and the true last observation in info["final_obs"]."""
+    if args.env_path == "ale-vector":
+        return make_ale_vector_env(args.env_id, num_envs, args.repeat_action_probability)
+    env_args = [(args.env_id, i, args.capture_video, video_dir, args.repeat_action_probability)
+                for i in range(first_env, first_env + num_envs)]
+    if not args.async_envs:
+        return gym.vector.SyncVectorEnv([make_env(*a) for a in env_args],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    # Forked workers inherit StopSignals (installed before this), which leaves stopping them to this process.
+    envs = gym.vector.AsyncVectorEnv([in_env_worker(*a) for a in env_args], context="fork",
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    atexit.register(kill_env_workers, envs)
+    return envs
+
+
+def finished_games(info):
+    """(env index, score, length in frames) of every game that ended on this step. With SAME_STEP autoreset
+    the ending step's info is under info["final_info"], batched, with masks "_final_info" and "_episode"."""
+    final = info.get("final_info", {})
+    if "episode" not in final:
+        return []
+    ended = info["_final_info"] & final["_episode"]
+    return [(i, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in np.flatnonzero(ended)]
 
 
 class AleVectorGameScore(gym.vector.VectorWrapper):

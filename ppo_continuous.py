@@ -346,62 +346,9 @@ class Agent(nn.Module):
         return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.get_value(obs)
 
 
-class KLPenalty:
-    """[kl-1] The KL-penalty objective's beta and how it moves: fixed (--kl-penalty), or adapted to a target mean
-    KL (--kl-penalty-target, from 1 unless --kl-penalty says otherwise). Off by default: the clip alone."""
-
-    def __init__(self, args, ckpt=None):
-        self.target = args.kl_penalty_target
-        self.on = args.kl_penalty is not None or self.target is not None
-        self.coef = args.kl_penalty if args.kl_penalty is not None else 1.0 if self.on else 0.0
-        if ckpt is not None:
-            self.coef = ckpt.get("kl_coef", self.coef)  # beta is state: a resumed run goes on with its own
-
-    @staticmethod
-    def old_policy(agent, obs):
-        """The rollout policy's Gaussian on the batch, taken before the update moves it: (mean, log-std)."""
-        with torch.no_grad():
-            return agent.actor_mean(obs), agent.actor_logstd.detach().clone()
-
-    @staticmethod
-    def kl(agent, obs, old):
-        """KL[old || current policy] on each observation, with gradients to the current policy."""
-        return gaussian_kl(old[0], old[1], agent.actor_mean(obs), agent.actor_logstd)
-
-    def update(self, mean_kl):
-        if self.target is not None:
-            self.coef = adapt_kl_coef(self.coef, mean_kl, self.target)
-
-
 # ----------------------------------------------------------------------------------------------
 # The environment
 # ----------------------------------------------------------------------------------------------
-
-
-def gym_make_quietly(env_id, **kwargs):
-    """gym.make without MuJoCo's noise. MuJoCo 4's model compiler warns, from C, that gymnasium's own model
-    files use deprecated attributes (HalfCheetah: "compiler attribute 'settotalmass' is deprecated"), and
-    appends that to MUJOCO_LOG.TXT in the working directory: news about gymnasium's files, not about the run.
-    While the env is made, MuJoCo's warnings go to a hook instead: deprecations are dropped, any other warning
-    is still printed. Warnings while training (an unstable simulation) keep MuJoCo's own handling."""
-    try:
-        is_mujoco = "mujoco" in str(gym.spec(env_id).entry_point)
-    except gym.error.Error:
-        is_mujoco = False  # an unknown id: gym.make says so
-    if not is_mujoco:
-        return gym.make(env_id, **kwargs)
-    import mujoco
-
-    def hook(message):
-        if "deprecated" not in message:
-            print(f"MuJoCo warning: {message}", file=sys.stderr)
-
-    previous = mujoco.get_mju_user_warning()
-    mujoco.set_mju_user_warning(hook)
-    try:
-        return gym.make(env_id, **kwargs)
-    finally:
-        mujoco.set_mju_user_warning(previous)
 
 
 def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
@@ -590,6 +537,38 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     control.finish(global_step, recent_returns)
 
 
+# ----------------------------------------------------------------------------------------------
+# [kl-1] The KL penalty's beta, used by train() above
+# ----------------------------------------------------------------------------------------------
+
+
+class KLPenalty:
+    """[kl-1] The KL-penalty objective's beta and how it moves: fixed (--kl-penalty), or adapted to a target mean
+    KL (--kl-penalty-target, from 1 unless --kl-penalty says otherwise). Off by default: the clip alone."""
+
+    def __init__(self, args, ckpt=None):
+        self.target = args.kl_penalty_target
+        self.on = args.kl_penalty is not None or self.target is not None
+        self.coef = args.kl_penalty if args.kl_penalty is not None else 1.0 if self.on else 0.0
+        if ckpt is not None:
+            self.coef = ckpt.get("kl_coef", self.coef)  # beta is state: a resumed run goes on with its own
+
+    @staticmethod
+    def old_policy(agent, obs):
+        """The rollout policy's Gaussian on the batch, taken before the update moves it: (mean, log-std)."""
+        with torch.no_grad():
+            return agent.actor_mean(obs), agent.actor_logstd.detach().clone()
+
+    @staticmethod
+    def kl(agent, obs, old):
+        """KL[old || current policy] on each observation, with gradients to the current policy."""
+        return gaussian_kl(old[0], old[1], agent.actor_mean(obs), agent.actor_logstd)
+
+    def update(self, mean_kl):
+        if self.target is not None:
+            self.coef = adapt_kl_coef(self.coef, mean_kl, self.target)
+
+
 # ==============================================================================================
 # Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation
 # ==============================================================================================
@@ -599,6 +578,32 @@ def fail(message):
     """Bad input ends the program with one line and no traceback."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def gym_make_quietly(env_id, **kwargs):
+    """gym.make without MuJoCo's noise. MuJoCo 4's model compiler warns, from C, that gymnasium's own model
+    files use deprecated attributes (HalfCheetah: "compiler attribute 'settotalmass' is deprecated"), and
+    appends that to MUJOCO_LOG.TXT in the working directory: news about gymnasium's files, not about the run.
+    While the env is made, MuJoCo's warnings go to a hook instead: deprecations are dropped, any other warning
+    is still printed. Warnings while training (an unstable simulation) keep MuJoCo's own handling."""
+    try:
+        is_mujoco = "mujoco" in str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        is_mujoco = False  # an unknown id: gym.make says so
+    if not is_mujoco:
+        return gym.make(env_id, **kwargs)
+    import mujoco
+
+    def hook(message):
+        if "deprecated" not in message:
+            print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(hook)
+    try:
+        return gym.make(env_id, **kwargs)
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def check_env(env_id):
