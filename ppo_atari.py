@@ -25,6 +25,7 @@ with a checkpoint of the last whole iteration, and it prints the command that re
 import atexit
 import contextlib
 import difflib
+import json
 import ctypes
 import math
 import multiprocessing
@@ -733,9 +734,14 @@ def load_checkpoint(path, args):
     if script != SCRIPT:
         fail(f"{path} was written by {script}.py, not {SCRIPT}.py: use {script}.py")
     ckpt["args"] = {**ADDED_SETTINGS, **ckpt["args"]}
-    missing = set(HYPERPARAMETERS) - set(ckpt["args"])
+    # A setting added to Args later (a copy of this script with a new field) is not in older checkpoints.
+    missing = sorted(set(HYPERPARAMETERS) - set(ckpt["args"]))
+    if missing and args.resume:
+        fail(f"{path} lacks the settings {missing}: it was written by another version of {SCRIPT}.py, and a resumed "
+             "run keeps the settings it had (ADDED_SETTINGS can say which values behave as that version did)")
     if missing:
-        fail(f"{path} lacks the settings {sorted(missing)}: it was written by another version of {SCRIPT}.py")
+        print(f"note: {path} predates the settings {missing}; they take their defaults for this evaluation")
+        ckpt["args"] = {**asdict(Args()), **ckpt["args"]}
     if "env_id" in flags_given() and args.env_id != saved_env_id:
         fail(f"{path} was trained on {saved_env_id}, not {args.env_id}")
     return ckpt
@@ -850,6 +856,11 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    # Beside it, in a few bytes, how far it got: a sweep reads this instead of loading torch or scraping logs.
+    status = os.path.join(os.path.dirname(path), "checkpoint.json")
+    with open(f"{status}.tmp", "w") as f:
+        json.dump({"global_step": global_step, "iteration": iteration, "total_timesteps": args.total_timesteps}, f)
+    os.replace(f"{status}.tmp", status)
 
 
 def restore_checkpoint(ckpt, agent, optimizer):
@@ -1062,7 +1073,9 @@ def open_logs(args, run, resumed_at):
     purge_step = None if resumed_at is None else resumed_at + 1
     writer = SummaryWriter(run.dir, purge_step=purge_step) if RANK == 0 else NoLogs()
     if resumed_at is None:
-        table = "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+        # The file's own name first: a changed copy of this script is told apart from it in comparisons.
+        settings = {"script": os.path.basename(__file__), **asdict(args)}
+        table = "\n".join(f"|{k}|{v}|" for k, v in settings.items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return writer
 

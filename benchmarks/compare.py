@@ -8,15 +8,22 @@
 What is read. Every directory holding `events.out.tfevents.*` files is a run. Its name, as the scripts make
 it, is `{env_id}__{exp_name}__{seed}__{unix_time}` under a `runs/` directory (the scripts write the `/` of an
 id like `ALE/Breakout-v5` as `_`; a name that keeps it, as CleanRL's do, adds a directory level and is read
-too). The exp_name is the *variant*. The *script* comes from the
-layout of benchmarks/sweep.sh, `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`; outside that layout
-(a plain `runs/` directory) from what the run itself says: the `hyperparameters` text each script logs lists
-its arguments, and only ppo_atari.py has `env_path`, only ppo_continuous.py has `norm_obs`, and of the rest
-only ppo_discrete.py has `eval_greedy`; failing that, an exp_name that is one of the script names (their
-default); failing that, `--script`. Runs of the same script, env and variant are one group; their seeds are
-the samples. Sweep runs without the sweep's `done` marker (still running,
-interrupted, failed) are left out unless --include-unfinished. If one (script, env, variant, seed) appears
-twice, the newest run is used.
+too). The exp_name is the *variant*. The *script* comes from the layout of benchmarks/sweep.sh
+(benchmarks/layout.py: `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`); outside it from what the run
+itself says: the `hyperparameters` text each script logs names its file and lists its settings (older runs: only
+ppo_atari.py has `env_path`, only ppo_continuous.py `norm_obs`, of the rest only ppo_discrete.py `eval_greedy`);
+failing that, an exp_name that is one of the script names (their default); failing that, `--script`. Sweep runs
+without the sweep's `done` marker (still running, interrupted, failed) are left out unless --include-unfinished;
+--env and --variant leave the others unread.
+
+What is a group. A row of the table is one configuration: one script, one variant, and the same logged settings
+but for the seed and those that only say how the run was operated (NOT_CONFIGURATION: progress lines, checkpoints,
+threads, ...). Its seeds are the samples. Runs under one variant whose settings differ are split into rows
+labelled with the settings that differ, with a warning. A copy of a script (`ppo_continuous_mod.py`, or any copy
+logging its settings) is reported in its original's section, as `{copy}/{variant}`, so that it is compared with
+the original's baseline. If one seed of one configuration appears twice, the newest run is used. Under the table,
+each row's figure per seed, and what each row ran: its script, the extra arguments its sweep gave, and how its
+settings differ from the baseline's.
 
 What is computed, following the field's convention (CleanRL; Huang et al. 2022) and Agarwal et al. (2021,
 "Deep RL at the edge of the statistical precipice", the rliable library), with scipy doing the statistics:
@@ -27,21 +34,25 @@ What is computed, following the field's convention (CleanRL; Huang et al. 2022) 
   ("n/a: 2 seeds"): resampling two values can only return them, so the interval would mean nothing;
 - between a variant X and the baseline Y on one env: the probability of improvement P(X > Y), the
   Mann-Whitney U statistic over all pairs of seeds divided by their number (ties count one half;
-  scipy.stats.mannwhitneyu), with a 95% bootstrap interval (none when either side has 2 seeds or fewer); its
-  mean over envs is the overall figure.
+  scipy.stats.mannwhitneyu), with a 95% bootstrap interval; not given when either side has 2 seeds or fewer
+  (from 2 a side it can only be 0, 1/4, 1/2, 3/4 or 1, and would read as decisive); its mean over envs is the
+  overall figure.
 
 Published figures (CleanRL, openai/baselines ppo2; see PUBLISHED) stand beside ours. One from a longer budget
 is marked with it ("(at 10M)"). An env version with no published figure (Hopper-v5) gets the nearest
 published version's figure, marked with that version ("(v4)"); the plots draw the published line only for
 the same env id at a matching budget, so such figures stay in the table.
 
-Written to --out (default: the first log dir's `report/`): `comparison.md` (also printed) and, per script,
-`{script}_steps.png` and `{script}_time.png`: return against environment steps and against wall time, one
-panel per env, one line per variant. A line is the mean over seeds of each run's trailing mean of the last
---window episodes (so its end is the table's figure), read off on a grid of steps (or seconds) of its own
-that spans the range all its seeds cover (from the latest first episode to where the shortest seed stops),
-so a short variant is drawn however long the others are; the band is the 95% bootstrap confidence interval
-of that mean (none with 2 seeds or fewer).
+Written to --out (default: the first log dir's `report/`, or `report-2/`, ... : an earlier report is never
+written over unless --out names its folder): `comparison.md` (also printed) and, per script, `{script}_steps.png`
+and `{script}_time.png`: return against environment steps and against wall time, one panel per env, one line per
+row. A line is the mean over seeds of each run's trailing mean of the last --window episodes (so its end is the
+table's figure), read off on a grid of steps (or seconds) of its own that spans the range all its seeds cover
+(from the latest first episode to where the shortest seed stops), so a short variant is drawn however long the
+others are; the band is the 95% bootstrap confidence interval of that mean (none with 2 seeds or fewer, and the
+title says which). `{script}_diagnostics.png`: the update's diagnostics against steps (value loss, approximate KL,
+clip fraction, entropy, explained variance; mean over seeds), as the scripts log them: the losses, KL and entropy
+of each iteration's last minibatch, the clip fraction averaged over its minibatches.
 Wall time is measured from the moment the run opened its event file. A resumed run has one event file per
 process that trained it; its wall time is the sum of their spans, so the time it spent stopped (waiting in a
 queue, between sessions) does not count, and each episode is placed on that running clock.
@@ -55,9 +66,13 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # however this file is loaded, layout.py is beside it
+import layout  # noqa: E402  (where benchmarks/sweep.sh puts each run)
 
 REPO = Path(__file__).resolve().parent.parent
 RETURN_TAG = "charts/episodic_return"
@@ -100,6 +115,23 @@ MIN_SEEDS_FOR_CI = 3
 # ppo_atari.py also has eval_greedy). A run outside a sweep layout is filed under the script it names.
 SCRIPT_MARKERS = [("ppo_atari", "env_path"), ("ppo_continuous", "norm_obs"), ("ppo_discrete", "eval_greedy")]
 HPARAMS_TAG = "hyperparameters/text_summary"  # where SummaryWriter.add_text("hyperparameters", ...) goes
+# Settings that say how a run was operated, not what it computed: runs that differ only in these (and the seed)
+# are seeds of one configuration. Any other logged setting, a copy's new one included, is part of the
+# configuration. (tests/test_benchmarks.py holds this list to each script's Args.)
+NOT_CONFIGURATION = {
+    "script", "exp_name", "seed", "env_id", "torch_deterministic", "cuda", "threads", "async_envs", "track",
+    "wandb_project_name", "wandb_entity", "capture_video", "progress", "progress_interval", "save_model",
+    "checkpoint_every", "checkpoint_minutes", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy",
+    "eval_deterministic",
+}
+# The update's diagnostics, plotted per variant. The scripts log the losses and the KL of the last minibatch of
+# each iteration (as CleanRL does), the clip fraction as the mean over the iteration's minibatches, and the
+# explained variance of the value function over the iteration's batch.
+DIAGNOSTICS = [("losses/value_loss", "value loss (last minibatch)"),
+               ("losses/approx_kl", "approximate KL (last minibatch)"),
+               ("losses/clipfrac", "clip fraction (iteration mean)"),
+               ("losses/entropy", "entropy (last minibatch)"),
+               ("losses/explained_variance", "explained variance")]
 
 
 class CompareError(Exception):
@@ -199,7 +231,11 @@ class Run:
     total_steps: int  # last global step logged
     wall_time: float  # seconds of training: from the first to the last event of each process, summed
     sps: float = math.nan  # last charts/SPS value
-    notes: list = field(default_factory=list)
+    hparams: dict = field(default_factory=dict)  # the settings the run logged (name -> value as text)
+    sweep_args: Optional[str] = None  # the variant's extra arguments, for a run of a sweep
+    diagnostics: dict = field(default_factory=dict)  # tag -> (steps, values)
+    section: str = ""  # the script whose section of the report the run is in (a copy joins its original's)
+    label: str = ""  # its row: the variant, with the script of a copy and the settings of a split group
 
 
 def locate(run_dir, default_script):
@@ -217,25 +253,36 @@ def locate(run_dir, default_script):
     if parsed is None:
         return None
     script, seed_dir = default_script, None
-    # Sweep layout: {outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}
-    if runs_dir is not None and len(runs_dir.parts) >= 5:
-        seed_d, variant_d, script_d = runs_dir.parent, runs_dir.parents[2], runs_dir.parents[3]
-        if seed_d.name == f"seed{parsed[2]}" and variant_d.name == parsed[1]:
-            script, seed_dir = script_d.name, seed_d
+    where = layout.parse_seed_dir(runs_dir.parent) if runs_dir is not None else None
+    if where is not None and where[4] == parsed[2] and where[2] == parsed[1]:  # its seed and variant: a sweep's run
+        script, seed_dir = where[1], runs_dir.parent
     return parsed, script, seed_dir
 
 
+def parse_hparams(text):
+    """The `hyperparameters` text each script logs (a markdown table, one `|name|value|` row per setting) as a
+    dict; the header rows are left out."""
+    rows = [row.split("|") for row in text.splitlines() if row.count("|") >= 3]
+    return {cells[1].strip(): cells[2].strip() for cells in rows if cells[1].strip() not in ("param", "-")}
+
+
 def script_from_run(hparams, variant):
-    """The script a run came from, by what the run says (None if it says nothing we know): the arguments in
-    its `hyperparameters` text, else an exp_name left at its default, the script's name."""
-    # The text is a markdown table, one `|name|value|` row per argument.
-    names = {row.split("|")[1].strip() for row in hparams.splitlines() if row.count("|") >= 3}
+    """The script a run came from, by what the run says (None if it says nothing we know): the script it names
+    (the scripts log their file name), else an argument only that script has, else an exp_name left at its
+    default, the script's name."""
+    if hparams.get("script", "").endswith(".py"):
+        return hparams["script"][:-3]
     for script, marker in SCRIPT_MARKERS:
-        if marker in names:
+        if marker in hparams:
             return script
     if variant in {script for script, _ in SCRIPT_MARKERS}:
         return variant
     return None
+
+
+def configuration(run):
+    """The settings that make a run what it is: what it logged, less the seed and how it was operated."""
+    return {k: v for k, v in run.hparams.items() if k not in NOT_CONFIGURATION}
 
 
 def process_spans(run_dir):
@@ -275,8 +322,8 @@ def training_clock(spans):
 
 
 def load_events(run_dir):
-    """(episode scalar events, SPS events, first event time, last event time, hyperparameters text) of one
-    run directory."""
+    """(episode scalar events, SPS events, first event time, last event time, hyperparameters text,
+    diagnostics {tag: events}) of one run directory."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # A resumed run's event file starts again from its checkpoint's step, and TensorBoard drops what the stopped
@@ -291,16 +338,18 @@ def load_events(run_dir):
         hparams = texts[0].decode("utf-8", "replace") if texts else ""
     episodes = acc.Scalars(RETURN_TAG) if RETURN_TAG in tags else []
     sps = acc.Scalars(SPS_TAG) if SPS_TAG in tags else []
+    diagnostics = {tag: acc.Scalars(tag) for tag, _ in DIAGNOSTICS if tag in tags}
     last = max([e.wall_time for tag in tags for e in acc.Scalars(tag)[-1:]], default=math.nan)
     try:
         first = acc.FirstEventTimestamp()
     except ValueError:
         first = math.nan
-    return episodes, sps, first, last, hparams
+    return episodes, sps, first, last, hparams, diagnostics
 
 
-def find_runs(logdirs, default_script="runs", include_unfinished=False):
-    """All runs with at least one episode under the log dirs; bad runs are skipped with a warning."""
+def find_runs(logdirs, default_script="runs", include_unfinished=False, envs=None, variants=None):
+    """All runs with at least one episode under the log dirs (only those of `envs` and `variants` if given);
+    bad runs are skipped with a warning."""
     event_dirs = set()
     for d in logdirs:
         d = Path(d)
@@ -313,26 +362,35 @@ def find_runs(logdirs, default_script="runs", include_unfinished=False):
         raise CompareError(f"no TensorBoard event files under {', '.join(map(str, logdirs))} (expected "
                            "runs/{env}__{variant}__{seed}__{time}/events.out.tfevents.*, or a benchmarks/sweep.sh "
                            "output directory)")
-    runs, unfinished = {}, []
+    wanted_envs = None if not envs else set(envs) | {e.replace("/", "_") for e in envs}
+    runs, unfinished, repeated, considered = {}, [], [], 0
     for run_dir in sorted(event_dirs):
         where = locate(run_dir, default_script)
         if where is None:
             warn(f"skipping {run_dir}: its name is not {{env}}__{{variant}}__{{seed}}__{{time}}")
             continue
         (env, variant, seed, start), script, seed_dir = where
-        if seed_dir is not None and not (seed_dir / "done").exists() and not include_unfinished:
+        if (wanted_envs and env not in wanted_envs) or (variants and variant not in variants):
+            continue
+        considered += 1
+        if seed_dir is not None and not layout.is_done(seed_dir) and not include_unfinished:
             unfinished.append(run_dir)
             continue
         try:
-            episodes, sps, first, last, hparams = load_events(run_dir)
+            episodes, sps, first, last, hparams, diagnostics = load_events(run_dir)
         except Exception as e:  # a truncated or corrupt event file
             warn(f"skipping {run_dir}: cannot read its events ({type(e).__name__}: {e})")
             continue
         if not episodes:
             warn(f"skipping {run_dir}: no {RETURN_TAG} values (it did not finish a single episode)")
             continue
+        hparams = parse_hparams(hparams)
+        sweep_args = None
         if seed_dir is None:  # not in a sweep layout: the run's own record names its script
             script = script_from_run(hparams, variant) or default_script
+        else:
+            outdir, *_ = layout.parse_seed_dir(seed_dir)
+            sweep_args = layout.sweep_args(outdir, script, variant)
         steps = np.array([e.step for e in episodes], dtype=np.int64)
         spans = process_spans(run_dir)
         if len(spans) > 1:  # resumed: count the time each process trained, not the time it was stopped
@@ -344,23 +402,103 @@ def find_runs(logdirs, default_script="runs", include_unfinished=False):
             path=run_dir, script=script, env=env, variant=variant, seed=seed, start=start, steps=steps,
             times=np.asarray(times, dtype=float), returns=np.array([e.value for e in episodes], dtype=float),
             total_steps=int(max(sps[-1].step if sps else 0, steps.max())),
-            wall_time=float(wall_time), sps=float(sps[-1].value) if sps else math.nan,
+            wall_time=float(wall_time), sps=float(sps[-1].value) if sps else math.nan, hparams=hparams,
+            sweep_args=sweep_args,
+            diagnostics={tag: (np.array([e.step for e in es]), np.array([e.value for e in es], dtype=float))
+                         for tag, es in diagnostics.items()},
         )
-        key = (script, env, variant, seed)
+        # The same seed of the same configuration twice (a run made again): the newer one counts.
+        key = (script, env, variant, seed, tuple(sorted(configuration(run).items())))
         if key in runs:
             old = runs[key]
             newer, older = (run, old) if (run.start, str(run.path)) > (old.start, str(old.path)) else (old, run)
-            warn(f"{script} / {env} / {variant} / seed {seed} appears twice; using {newer.path}, "
-                 f"not {older.path}")
+            repeated.append((older.path, newer.path))
             run = newer
         runs[key] = run
+    if repeated:
+        warn(f"{len(repeated)} run(s) repeat the seed of a run of the same configuration; the newest of each "
+             "is used, the older left out: " + ", ".join(str(old) for old, _ in repeated[:3])
+             + (" ..." if len(repeated) > 3 else ""))
     if unfinished:
         warn(f"left out {len(unfinished)} unfinished sweep run(s) without a done marker "
              f"(--include-unfinished takes them): " + ", ".join(str(p) for p in unfinished[:5])
              + (" ..." if len(unfinished) > 5 else ""))
     if not runs:
-        raise CompareError("no usable runs (see the warnings above)")
+        raise CompareError("no runs of the env ids and variants asked for (--env, --variant)" if not considered
+                           else "no usable runs (see the warnings above)")
     return list(runs.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Groups: one configuration each
+# ----------------------------------------------------------------------------------------------
+
+
+def section_of(run):
+    """The script whose section a run is in: a copy of a script (named like it, ppo_continuous_mod, or logging
+    the settings only it has) joins its original's section, so that the two are compared."""
+    for known, _ in SCRIPT_MARKERS:
+        if run.script == known or run.script.startswith(known + "_"):
+            return known
+    return script_from_run(run.hparams, None) or run.script
+
+
+def group_runs(runs):
+    """{section: {env: {label: runs by seed}}} and notes on the groups that were split. A group is one
+    configuration: one script (or copy), one variant, the same settings but for the seed. Runs under one variant
+    whose logged settings differ are split, each part labelled with the settings that tell them apart."""
+    buckets = {}
+    for r in runs:
+        r.section = section_of(r)
+        buckets.setdefault((r.section, r.env, r.script, r.variant), []).append(r)
+    groups, notes = {}, []
+    for (section, env, script, variant), rs in sorted(buckets.items()):
+        name = variant if script == section else f"{script}/{variant}"
+        shared = set.intersection(*(set(configuration(r)) for r in rs))  # older runs may lack a newer setting
+        parts = {}
+        for r in rs:
+            parts.setdefault(tuple(sorted((k, configuration(r)[k]) for k in shared)), []).append(r)
+        differing = sorted(k for k in shared if len({dict(key)[k] for key in parts}) > 1)
+        for key, part in parts.items():
+            label = name if len(parts) == 1 else f"{name} ({', '.join(f'{k}={dict(key)[k]}' for k in differing)})"
+            for r in part:
+                r.label = label
+            groups.setdefault(section, {}).setdefault(env, {})[label] = sorted(part, key=lambda r: r.seed)
+        if len(parts) > 1:
+            notes.append(f"{section} / {env} / {name}: its runs differ in {', '.join(differing)}, so they are not "
+                         f"seeds of one configuration; split into {len(parts)} rows")
+            warn(notes[-1])
+    return groups, notes
+
+
+def differences(run, base):
+    """How `run`'s settings differ from the baseline run's, in words ('' if they do not)."""
+    mine, theirs = configuration(run), configuration(base)
+    out = []
+    for k in sorted(set(mine) | set(theirs)):
+        if k not in theirs:
+            out.append(f"{k}={mine[k]} (not a setting of the baseline's script)")
+        elif k not in mine:
+            out.append(f"no {k} (baseline: {theirs[k]})")
+        elif mine[k] != theirs[k]:
+            out.append(f"{k}={mine[k]} (baseline: {theirs[k]})")
+    return ", ".join(out)
+
+
+def describe(label, runs, base_label, base_runs):
+    """What a row ran: its script, the arguments its sweep gave, and its settings against the baseline's."""
+    r = runs[0]
+    words = [f"`{r.script}.py`"]
+    if r.sweep_args is not None:
+        words.append(f"swept with `{r.sweep_args.strip()}`" if r.sweep_args.strip() else "swept with no extra arguments")
+    if label == base_label:
+        words.append("the baseline")
+    elif not r.hparams or not base_runs or not base_runs[0].hparams:
+        words.append("its settings were not logged, so they cannot be set against the baseline's")
+    else:
+        diff = differences(r, base_runs[0])
+        words.append(f"differs from `{base_label}` in: {diff}" if diff else f"the same settings as `{base_label}`")
+    return "; ".join(words)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -513,101 +651,173 @@ def check_budgets(script, env, groups):
     return notes
 
 
+@dataclass
+class Row:
+    """One group on one env: its runs and the figure of each (the mean of its last --window episodes)."""
+    env: str
+    label: str
+    runs: list
+    finals: np.ndarray
+    stats: GroupStats
+
+
+def section_rows(envs, order, window, resamples, seed):
+    """The statistics of one section: a Row per env and group, in table order."""
+    rows = []
+    for env in sorted(envs):
+        for label in order:
+            if label in envs[env]:
+                finals = np.array([run_return(r.returns, window) for r in envs[env][label]])
+                rows.append(Row(env, label, envs[env][label], finals, group_stats(finals, resamples, seed)))
+    return rows
+
+
+def improvements(rows, base, resamples, seed):
+    """(env, label, P(improvement), its interval, seeds, baseline seeds) of each group against the baseline on
+    the same env. P is None where either side has fewer than MIN_SEEDS_FOR_CI seeds: from two seeds a side it
+    can only be 0, 0.25, 0.5, 0.75 or 1, and would read as decisive."""
+    by_env = {}
+    for row in rows:
+        by_env.setdefault(row.env, {})[row.label] = row
+    out = []
+    for env, labels in by_env.items():
+        if base not in labels:
+            continue
+        y = labels[base].finals
+        for label, row in labels.items():
+            if label == base:
+                continue
+            enough = min(len(row.finals), len(y)) >= MIN_SEEDS_FOR_CI
+            p, ci = poi_with_ci(row.finals, y, resamples, seed) if enough else (None, None)
+            out.append((env, label, p, ci, len(row.finals), len(y)))
+    return out
+
+
+def fmt_return(s):
+    """'mean ± std' over seeds; one seed has no spread to give."""
+    return f"{fmt(s.mean)} (1 seed)" if s.n == 1 else f"{fmt(s.mean)} ± {fmt(s.std)}"
+
+
+def section_table(script, envs, rows, pois, base, order, notes):
+    """The markdown of one section: the table, the per-seed figures, the probabilities of improvement, what
+    each row ran, and the notes."""
+    lines = [f"## {script}", "",
+             "Return: mean of the last 100 training episodes of each run; mean ± population std over seeds, and the "
+             "interquartile mean with its 95% bootstrap confidence interval. Published figures (3 seeds, same "
+             "convention) beside ours.", "",
+             "| env | variant | seeds | return (mean ± std) | IQM [95% CI] | steps | wall time | SPS | CleanRL "
+             "| baselines ppo2 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        s, rs = row.stats, row.runs
+        sps = [r.sps for r in rs if np.isfinite(r.sps)]
+        steps = int(np.median([r.total_steps for r in rs]))
+        lines.append(f"| {row.env} | {row.label} | {s.n} | {fmt_return(s)} | {fmt(s.iqm)}{fmt_ci(s.iqm_ci, s.n)} "
+                     f"| {fmt_steps(steps)} | {fmt_time(float(np.mean([r.wall_time for r in rs])))} "
+                     f"| {fmt(float(np.mean(sps)) if sps else None, 0)} "
+                     f"| {fmt_published(row.env, 'CleanRL', steps)} | {fmt_published(row.env, 'ppo2', steps)} |")
+    seeds = sorted({r.seed for row in rows for r in row.runs})
+    lines += ["", "Each seed's return:", "",
+              "| env | variant | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+              "|---|---|" + "---|" * len(seeds)]
+    for row in rows:
+        per_seed = {r.seed: f for r, f in zip(row.runs, row.finals)}
+        lines.append(f"| {row.env} | {row.label} | " + " | ".join(fmt(per_seed.get(s)) if s in per_seed else ""
+                                                             for s in seeds) + " |")
+    lines.append("")
+    if pois:
+        lines += [f"Probability of improvement over `{base}`: P(variant > {base}) over all pairs of seeds (ties count "
+                  f"½; 0.5 = no difference), with its 95% bootstrap interval; not given from fewer than "
+                  f"{MIN_SEEDS_FOR_CI} seeds a side.", "",
+                  "| env | variant | P(improvement) [95% CI] | seeds |", "|---|---|---|---|"]
+        for env, label, p, ci, n, m in pois:
+            figure = f"n/a (too few seeds)" if p is None else f"{fmt(p)}{fmt_ci(ci, min(n, m))}"
+            lines.append(f"| {env} | {label} | {figure} | {n} vs {m} |")
+        for label in order:
+            ps = [p for _, lab, p, *_ in pois if lab == label and p is not None]
+            if len(ps) > 1:
+                lines.append(f"| mean over {len(ps)} envs | {label} | {fmt(float(np.mean(ps)))} | |")
+        lines.append("")
+    lines += ["What each row ran:", ""]
+    for label in order:
+        env = next(e for e in sorted(envs) if label in envs[e])
+        base_runs = envs[env].get(base) or next((envs[e][base] for e in sorted(envs) if base in envs[e]), None)
+        lines.append(f"- **{label}**: {describe(label, envs[env][label], base, base_runs)}")
+    lines.append("")
+    extra = [PUBLISHED_NOTES[k] for k in sorted({published_env(e, "CleanRL") for e in envs} - {None})
+             if k in PUBLISHED_NOTES]
+    if any(fmt_published(e, "ppo2").endswith("(v2)") for e in envs):
+        extra.append("(v2): the published ppo2 MuJoCo runs used the v2 envs.")
+    for e in sorted(envs):
+        key = published_env(e, "CleanRL")
+        if key not in (None, e):
+            extra.append(f"{e}: nothing is published for this version; the figures beside it are "
+                         f"{key}'s, marked ({key.rsplit('-', 1)[1]}).")
+    if any(row.stats.n < MIN_SEEDS_FOR_CI for row in rows):
+        extra.append(f"[n/a: N seeds]: no bootstrap interval from fewer than {MIN_SEEDS_FOR_CI} seeds; "
+                     "resampling so few values can only restate them.")
+    lines += [f"- {n}" for n in notes + extra]
+    if notes or extra:
+        lines.append("")
+    return lines
+
+
 def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, plots=True, grid_points=200):
     """The markdown report of `runs` (and, if `out` and `plots`, the PNGs beside it). Returns the markdown."""
     short = [r for r in runs if len(r.returns) < window]
     if short:
         warn(f"{len(short)} run(s) have fewer than {window} episodes; their figure is the mean of all their "
              f"episodes (e.g. {short[0].path.name}: {len(short[0].returns)})")
+    groups, split_notes = group_runs(runs)
     lines = []
-    by_script = {}
-    for r in runs:
-        by_script.setdefault(r.script, {}).setdefault(r.env, {}).setdefault(r.variant, []).append(r)
-    for script in sorted(by_script):
-        envs = by_script[script]
-        variants = {v for groups in envs.values() for v in groups}
-        base = pick_baseline(variants, baseline, script)
+    for script in sorted(groups):
+        envs = groups[script]
+        labels = {label for env_groups in envs.values() for label in env_groups}
+        base = pick_baseline(labels, baseline, script)
         if baseline is not None and base is None:
-            warn(f"{script}: no variant named {baseline!r} (it has {', '.join(sorted(variants))})")
-        order = ordered_variants(variants, base)
-        lines += [f"## {script}", ""]
-        lines += ["Return: mean of the last 100 training episodes of each run; mean ± population std over seeds, "
-                  "and the interquartile mean with its 95% bootstrap confidence interval. Published figures "
-                  "(3 seeds, same convention) beside ours.", ""]
-        lines += ["| env | variant | seeds | return (mean ± std) | IQM [95% CI] | steps | wall time | SPS "
-                  "| CleanRL | baselines ppo2 |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        notes, poi_rows, pois = [], [], {v: [] for v in order if v != base}
+            warn(f"{script}: no variant named {baseline!r} (it has {', '.join(sorted(labels))})")
+        order = ordered_variants(labels, base)
+        notes = [n for n in split_notes if n.startswith(f"{script} / ")]
         for env in sorted(envs):
-            groups = {v: sorted(envs[env][v], key=lambda r: r.seed) for v in order if v in envs[env]}
-            notes += check_budgets(script, env, groups)
-            finals = {v: np.array([run_return(r.returns, window) for r in rs]) for v, rs in groups.items()}
-            for v, rs in groups.items():
-                s = group_stats(finals[v], resamples, seed)
-                ci = fmt_ci(s.iqm_ci, s.n)
-                sps = [r.sps for r in rs if np.isfinite(r.sps)]
-                steps = int(np.median([r.total_steps for r in rs]))
-                lines.append(
-                    f"| {env} | {v} | {s.n} | {fmt(s.mean)} ± {fmt(s.std)} | {fmt(s.iqm)}{ci} "
-                    f"| {fmt_steps(steps)} "
-                    f"| {fmt_time(float(np.mean([r.wall_time for r in rs])))} "
-                    f"| {fmt(float(np.mean(sps)) if sps else None, 0)} "
-                    f"| {fmt_published(env, 'CleanRL', steps)} | {fmt_published(env, 'ppo2', steps)} |")
-            if base in finals:
-                for v in finals:
-                    if v == base:
-                        continue
-                    p, poi_ci = poi_with_ci(finals[v], finals[base], resamples, seed)
-                    pois[v].append(p)
-                    ci = fmt_ci(poi_ci, min(len(finals[v]), len(finals[base])))
-                    poi_rows.append(f"| {env} | {v} | {fmt(p)}{ci} | {len(finals[v])} vs {len(finals[base])} |")
-        lines.append("")
-        if poi_rows:
-            lines += [f"Probability of improvement over `{base}`: P(variant > {base}) over all pairs of seeds "
-                      "(ties count ½; 0.5 = no difference), with its 95% bootstrap interval.", "",
-                      "| env | variant | P(improvement) [95% CI] | seeds |", "|---|---|---|---|"]
-            lines += poi_rows
-            for v, ps in pois.items():
-                if len(ps) > 1:
-                    lines.append(f"| mean over {len(ps)} envs | {v} | {fmt(float(np.mean(ps)))} | |")
-            lines.append("")
-        extra = [PUBLISHED_NOTES[k] for k in sorted({published_env(e, "CleanRL") for e in envs} - {None})
-                 if k in PUBLISHED_NOTES]
-        if any(fmt_published(e, "ppo2").endswith("(v2)") for e in envs):
-            extra.append("(v2): the published ppo2 MuJoCo runs used the v2 envs.")
-        for e in sorted(envs):
-            key = published_env(e, "CleanRL")
-            if key not in (None, e):
-                extra.append(f"{e}: nothing is published for this version; the figures beside it are "
-                             f"{key}'s, marked ({key.rsplit('-', 1)[1]}).")
-        if any(len(rs) < MIN_SEEDS_FOR_CI for groups in envs.values() for rs in groups.values()):
-            extra.append(f"[n/a: N seeds]: no bootstrap interval from fewer than {MIN_SEEDS_FOR_CI} seeds; "
-                         "resampling so few values can only restate them.")
-        for n in notes + extra:
-            lines.append(f"- {n}")
-        if notes or extra:
-            lines.append("")
+            notes += check_budgets(script, env, envs[env])
+        rows = section_rows(envs, order, window, resamples, seed)
+        lines += section_table(script, envs, rows, improvements(rows, base, resamples, seed), base, order, notes)
         if out is not None and plots:
             for axis in ("steps", "time"):
                 png = plot(script, envs, order, axis, Path(out) / f"{script}_{axis}.png", window, resamples, seed,
                            grid_points)
                 lines += [f"![{script}: return against {axis}]({png.name})", ""]
+            png = plot_diagnostics(script, envs, order, Path(out) / f"{script}_diagnostics.png", grid_points)
+            if png is not None:
+                lines += [f"![{script}: the update's diagnostics against steps]({png.name})", ""]
     return "\n".join(lines)
 
 
-def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=200):
+def figure_grid(nrows, ncols, width, height):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    return plt, fig, axes
+
+
+def save_figure(plt, fig, path):
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=200):
     names = sorted(envs)
     ncols = min(3, len(names))
-    nrows = math.ceil(len(names) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
+    plt, fig, axes = figure_grid(math.ceil(len(names) / ncols), ncols, 5.2, 3.8)
     colors = {v: f"C{i % 10}" for i, v in enumerate(order)}
     all_times = [r.wall_time for groups in envs.values() for rs in groups.values() for r in rs]
     scale, unit = (1, "s") if max(all_times) < 120 else (60, "min") if max(all_times) < 7200 else (3600, "h")
+    banded = False
     for ax, env in zip(axes.flat, names):
         groups = envs[env]
         for v in order:
@@ -623,6 +833,7 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
                     label=f"{v} ({len(groups[v])} seed{'' if len(groups[v]) == 1 else 's'})")
             if low is not None:
                 ax.fill_between(x, low, high, color=colors[v], alpha=0.2, linewidth=0)
+                banded = True
         longest = max(r.total_steps for rs in groups.values() for r in rs)
         if "CleanRL" in PUBLISHED.get(env, {}) and published_budget_matches(env, longest):
             ax.axhline(PUBLISHED[env]["CleanRL"][0], color="gray", linestyle="--", linewidth=1,
@@ -634,12 +845,56 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
         ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    fig.suptitle(f"{script}: mean over seeds, band = 95% bootstrap CI")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    band = ("band = 95% bootstrap CI" if banded else
+            f"no band: a confidence band needs {MIN_SEEDS_FOR_CI} seeds or more")
+    if banded and any(len(rs) < MIN_SEEDS_FOR_CI for groups in envs.values() for rs in groups.values()):
+        band += f" (none for fewer than {MIN_SEEDS_FOR_CI} seeds)"
+    fig.suptitle(f"{script}: mean over seeds, {band}")
+    return save_figure(plt, fig, path)
+
+
+def plot_diagnostics(script, envs, order, path, grid_points=200):
+    """The update's diagnostics against steps: one row per diagnostic, one column per env, one line per group
+    (the mean over its seeds, on the range they all cover). None if no run logged any."""
+    tags = [(tag, name) for tag, name in DIAGNOSTICS
+            if any(tag in r.diagnostics for groups in envs.values() for rs in groups.values() for r in rs)]
+    if not tags:
+        return None
+    names = sorted(envs)
+    plt, fig, axes = figure_grid(len(tags), len(names), max(4.0, 6.4 / len(names)), 2.6)
+    colors = {v: f"C{i % 10}" for i, v in enumerate(order)}
+    for col, env in enumerate(names):
+        for row, (tag, name) in enumerate(tags):
+            ax = axes[row, col]
+            for v in order:
+                rs = [r for r in envs[env].get(v, []) if tag in r.diagnostics]
+                if not rs:
+                    continue
+                lo, hi = max(r.diagnostics[tag][0][0] for r in rs), min(r.diagnostics[tag][0][-1] for r in rs)
+                if hi < lo:
+                    continue
+                g = np.linspace(lo, hi, grid_points) if hi > lo else np.array([lo], dtype=float)
+                mean = np.mean([on_grid(*r.diagnostics[tag], g) for r in rs], axis=0)
+                ax.plot(g, mean, color=colors[v], marker="o" if len(g) == 1 else None, linewidth=1,
+                        label=f"{v} ({len(rs)} seed{'' if len(rs) == 1 else 's'})")
+            ax.set_title(f"{env}: {name}", fontsize="small")
+            ax.grid(alpha=0.3)
+            if row == len(tags) - 1:
+                ax.set_xlabel("environment steps")
+            if row == 0 and col == 0:
+                ax.legend(fontsize="x-small")
+    fig.suptitle(f"{script}: the update's diagnostics, mean over seeds")
+    return save_figure(plt, fig, path)
+
+
+def unused_folder(path):
+    """path, or path-2, path-3, ... : the first that does not exist."""
+    n = 1
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def main(argv=None):
@@ -655,7 +910,9 @@ def main(argv=None):
     p.add_argument("--variant", action="append", dest="variants", help="only this variant (repeatable)")
     p.add_argument("--baseline", help="variant the others are compared with (default: 'default' if present, "
                                       "else the one named like the script, else the first by name)")
-    p.add_argument("--out", help="output directory for comparison.md and the PNGs (default: LOGDIR/report)")
+    p.add_argument("--out", help="output directory for comparison.md and the PNGs, which replace any there "
+                                 "(default: LOGDIR/report, or report-2, report-3, ... if that exists: a report is "
+                                 "never written over unless asked)")
     p.add_argument("--window", type=int, default=100, help="episodes per run's figure (default: %(default)s)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: %(default)s)")
@@ -666,14 +923,8 @@ def main(argv=None):
     if args.window < 1 or args.resamples < 1:
         p.error("--window and --resamples must be positive")
     try:
-        runs = find_runs(args.logdirs, args.script, args.include_unfinished)
-        if args.envs:
-            runs = [r for r in runs if r.env in args.envs]
-        if args.variants:
-            runs = [r for r in runs if r.variant in args.variants]
-        if not runs:
-            raise CompareError("no runs left after --env/--variant")
-        out = Path(args.out) if args.out else Path(args.logdirs[0]) / "report"
+        runs = find_runs(args.logdirs, args.script, args.include_unfinished, args.envs, args.variants)
+        out = Path(args.out) if args.out else unused_folder(Path(args.logdirs[0]) / "report")
         out.mkdir(parents=True, exist_ok=True)
         report = compare(runs, args.baseline, args.window, args.resamples, args.seed, out, not args.no_plots)
     except CompareError as e:

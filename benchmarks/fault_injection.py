@@ -57,6 +57,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import layout  # noqa: E402  (where benchmarks/sweep.sh puts each run)
+
 REPO = Path(__file__).resolve().parent.parent
 SWEEP = REPO / "benchmarks" / "sweep.sh"
 TAG = "losses/value_loss"  # logged once per iteration, at the iteration's last step
@@ -147,14 +150,13 @@ class Benchmark:
                     "--total-timesteps", str(args.total_timesteps), "--num-envs", str(args.num_envs),
                     "--num-steps", str(args.num_steps), "--checkpoint-every", str(args.checkpoint_every),
                     "--progress-interval", "0"]
-        self.vdir = self.sweeps / "ppo_discrete" / "default"
         self.kills, self.unreadable, self.mismatches = [], [], []
         self.checkpoints_loaded = self.tmp_files_seen = 0
         self.expected_start = {}  # run -> the step its next segment must start from
 
     def seed_dir(self, run):
         env, seed = run
-        return self.vdir / env / f"seed{seed}"
+        return layout.seed_dir(self.sweeps, "ppo_discrete", "default", env, seed)
 
     def logs(self):
         logs = {}

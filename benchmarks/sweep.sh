@@ -6,6 +6,7 @@
 #
 #   OUTDIR/SCRIPT/VARIANT/sweep_args          the extra arguments this variant was run with
 #   OUTDIR/SCRIPT/VARIANT/sweeps.log          every sweep.sh command line that touched this variant
+#   (the layout is written down once, in benchmarks/layout.py, which this script asks for its paths)
 #   OUTDIR/SCRIPT/VARIANT/ENV/seedN/log.txt   stdout+stderr of the run; line 1 is the exact command
 #   OUTDIR/SCRIPT/VARIANT/ENV/seedN/runs/...  the TensorBoard events the script writes
 #   OUTDIR/SCRIPT/VARIANT/ENV/seedN/done      written only after the run exited 0
@@ -26,6 +27,7 @@ set -uo pipefail
 ORIG_ARGS=("$@")
 SWEEP_SH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 PROG=sweep.sh
+LAYOUT="$(dirname "$SWEEP_SH")/layout.py"
 
 usage() {
     cat <<'EOF'
@@ -105,7 +107,7 @@ run_one() {
     local dir=$1 threads=$2
     shift 2
     [[ "$dir" =~ ^/.+/seed[0-9]+$ ]] || { echo "$PROG: refusing to use run directory '$dir'" >&2; return 2; }
-    local log="$dir/log.txt" started rc pid stopping requeue ckpt="" f offset lock
+    local log="$dir/log.txt" started rc pid stopping requeue ckpt="" from="" at="" lock python=$1
     # One process per run, whichever sweep started it (a local one, a Slurm task): a second would wipe the
     # run's folder or write into it. The lock file sits beside seedN/, which a fresh start wipes; the training
     # process inherits it, so it is held until the run has exited. A requeued Slurm task waits up to 2 min for
@@ -121,13 +123,11 @@ run_one() {
     started=$(date +%s)
     # No done marker. A checkpoint means the run got somewhere before it was stopped or killed: continue it
     # (the script resumes in the checkpoint's own run folder). There is only one; the newest if ever more.
-    for f in "$dir"/runs/*/checkpoint.pt; do
-        [ -f "$f" ] && { [ -z "$ckpt" ] || [ "$f" -nt "$ckpt" ]; } && ckpt=$f
-    done
+    IFS=$'\t' read -r ckpt from < <("$python" "$LAYOUT" checkpoint "$dir")
     if [ -n "$ckpt" ]; then
         set -- "$@" --resume "$ckpt"
         {
-            printf '# resuming from %s%s; started %s on %s\n' "$ckpt" \
+            printf '# resuming from %s (step %s)%s; started %s on %s\n' "$ckpt" "${from:-unknown}" \
                 "${SLURM_RESTART_COUNT:+ (Slurm restart $SLURM_RESTART_COUNT)}" \
                 "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)"
             printf '# cd %q && OMP_NUM_THREADS=%s' "$dir" "$threads"
@@ -150,7 +150,7 @@ run_one() {
     # torchrun passes TERM on to its workers, while USR1 would kill it outright: it gets TERM for both.
     local warning=USR1
     [[ " $* " != *" torch.distributed.run "* ]] || warning=TERM
-    pid="" stopping=0 requeue=0 offset=$(wc -c <"$log")
+    pid="" stopping=0 requeue=0
     trap 'stopping=1; [ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null' TERM INT
     trap 'stopping=1 requeue=1; [ -z "$pid" ] || kill -$warning "$pid" 2>/dev/null' USR1
     (cd "$dir" && OMP_NUM_THREADS=$threads exec "$@") >>"$log" 2>&1 </dev/null &
@@ -170,19 +170,17 @@ run_one() {
             mv -f -- "$dir/done.tmp" "$dir/done"
         echo "$PROG: finished ${dir}  ($((finished - started)) s)"
     elif [ "$stopping" -eq 1 ]; then
-        local at next="it starts over next time"
-        at=$(tail -c +$((offset + 1)) "$log" | grep -o ' stopped by SIG[A-Z0-9]* at step [0-9]*' | tail -n 1)
-        compgen -G "$dir/runs/*/checkpoint.pt" >/dev/null && next="it resumes from its checkpoint next time"
-        echo "$PROG: stopped  ${dir}${at:+ (${at# })}; $next"
+        local next="it starts over next time"
+        IFS=$'\t' read -r ckpt at < <("$python" "$LAYOUT" checkpoint "$dir")
+        [ -z "$ckpt" ] || next="it resumes from its checkpoint next time"
+        echo "$PROG: stopped  ${dir}${at:+ (checkpoint at step $at)}; $next"
         # ---- Slurm: requeue a task that Slurm warned of its time limit; the requeued task resumes above.
         # (A preempted task is requeued by Slurm itself; a cancelled one, also sent TERM, must stay cancelled.)
         # Only if its checkpoint moved on: a task whose time runs out before one whole iteration would
         # otherwise be requeued for ever.
         if [ "$slurm_task" -eq 1 ] && [ "$requeue" -eq 1 ]; then
-            local task="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" from
-            from=$(tail -c +$((offset + 1)) "$log" | grep -o 'resuming at step [0-9]*' | head -n 1)
-            from=${from##* }
-            if [ -n "$at" ] && [ "${at##* }" -gt "${from:-0}" ]; then
+            local task="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+            if [ -n "$at" ] && [ "$at" -gt "${from:-0}" ]; then
                 echo "$PROG: requeueing Slurm task $task"
                 printf '# requeueing Slurm task %s\n' "$task" >>"$log"
                 scontrol requeue "$task"
@@ -328,9 +326,9 @@ script_name=$(basename "$script" .py)
 [ -n "$outdir" ] || outdir="$(dirname "$SWEEP_SH")/sweeps"
 mkdir -p -- "$outdir" || die "cannot create $outdir"
 outdir="$(cd "$outdir" && pwd)"
-vdir="$outdir/$script_name/$variant"
 # The interpreter itself (not a pyenv shim or alias), so the logged command and Slurm tasks use exactly it.
 python_abs=$("$python" -c 'import sys; print(sys.executable)') || die "cannot run $python"
+vdir=$("$python_abs" "$LAYOUT" variant-dir "$outdir" "$script_name" "$variant") || die "cannot run $LAYOUT"
 
 # A variant is one configuration: refuse to mix runs made with different extra arguments under one name.
 extra_quoted=""
@@ -344,31 +342,30 @@ fi
 # The plan: every env x seed; the ones with a done marker are skipped
 # ---------------------------------------------------------------------------------------------------
 todo_dirs=() todo_cmds=() todo_names=() n_skipped=0 n_resume=0
-for env in "${env_ids[@]}"; do
-    for seed in "${seeds[@]}"; do
-        dir="$vdir/${env//\//_}/seed$seed"
-        if [ -f "$dir/done" ]; then
-            n_skipped=$((n_skipped + 1))
-            [ "$dry_run" -eq 0 ] || echo "# skip (done): $env seed $seed"
-            continue
-        fi
-        if compgen -G "$dir/runs/*/checkpoint.pt" >/dev/null; then
-            n_resume=$((n_resume + 1))
-            [ "$dry_run" -eq 0 ] || echo "# resume from its checkpoint (--resume is added): $env seed $seed"
-        fi
-        launcher=("$python_abs")  # torchrun is `python -m torch.distributed.run`, of the same interpreter
-        # After a stop signal torchrun kills its workers if they have not exited within --shutdown-timeout
-        # (default 30 s): give them time to finish the update under way and write their checkpoint.
-        [ "$nproc" -eq 1 ] ||
-            launcher+=(-m torch.distributed.run --standalone --nproc-per-node "$nproc" --shutdown-timeout 300)
-        cmd=("${launcher[@]}" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
-            --save-model --checkpoint-minutes "$checkpoint_minutes" ${extra[@]+"${extra[@]}"})
-        todo_dirs+=("$dir")
-        quoted=$(printf '%q ' "${cmd[@]}")
-        todo_cmds+=("${quoted% }")
-        todo_names+=("$env seed $seed")
-    done
-done
+plan=$("$python_abs" "$LAYOUT" seed-dirs "$outdir" "$script_name" "$variant" "$(IFS=,; echo "${env_ids[*]}")" \
+    "$(IFS=,; echo "${seeds[*]}")") || die "cannot run $LAYOUT"
+while IFS=$'\t' read -r env seed dir; do
+    if [ -f "$dir/done" ]; then
+        n_skipped=$((n_skipped + 1))
+        [ "$dry_run" -eq 0 ] || echo "# skip (done): $env seed $seed"
+        continue
+    fi
+    if [ -n "$("$python_abs" "$LAYOUT" checkpoint "$dir")" ]; then
+        n_resume=$((n_resume + 1))
+        [ "$dry_run" -eq 0 ] || echo "# resume from its checkpoint (--resume is added): $env seed $seed"
+    fi
+    launcher=("$python_abs")  # torchrun is `python -m torch.distributed.run`, of the same interpreter
+    # After a stop signal torchrun kills its workers if they have not exited within --shutdown-timeout
+    # (default 30 s): give them time to finish the update under way and write their checkpoint.
+    [ "$nproc" -eq 1 ] ||
+        launcher+=(-m torch.distributed.run --standalone --nproc-per-node "$nproc" --shutdown-timeout 300)
+    cmd=("${launcher[@]}" "$script_abs" --env-id "$env" --seed "$seed" --exp-name "$variant"
+        --save-model --checkpoint-minutes "$checkpoint_minutes" ${extra[@]+"${extra[@]}"})
+    todo_dirs+=("$dir")
+    quoted=$(printf '%q ' "${cmd[@]}")
+    todo_cmds+=("${quoted% }")
+    todo_names+=("$env seed $seed")
+done <<<"$plan"
 n_total=$((${#env_ids[@]} * ${#seeds[@]}))
 n_todo=${#todo_dirs[@]}
 echo "$PROG: $script_name / $variant: $n_total runs, $n_skipped already done, $n_todo to run" \
@@ -406,7 +403,8 @@ if [ "$slurm" -eq 1 ]; then
     job_name="sweep-$script_name-$variant"
     if [ "$dry_run" -eq 0 ]; then
         # Runs of a queued or running array have no done marker yet: submitting them again would run them twice.
-        queued=$(squeue -h -u "$(id -un)" -n "$job_name" -o %A 2>/dev/null | sort -u | tr '\n' ' ')
+        # (%F: the array's own id; %A would give each task that has started an id of its own.)
+        queued=$(squeue -h -u "$(id -un)" -n "$job_name" -o %F 2>/dev/null | sort -u | tr '\n' ' ')
         [ -z "$queued" ] || die "job(s) ${queued}of $job_name are still queued or running; wait for them" \
             "(squeue -n $job_name) or cancel them (scancel -n $job_name) before submitting the sweep again"
     fi

@@ -21,6 +21,9 @@ SWEEP = REPO / "benchmarks" / "sweep.sh"
 SCRIPT = REPO / "ppo_discrete.py"
 TINY = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"]
 
+sys.path.insert(0, str(REPO / "benchmarks"))  # where compare.py finds layout.py
+import layout  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
 compare = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compare)
@@ -34,6 +37,41 @@ def sweep(*args, env=None, timeout=240):
 
 def event_files(seed_dir):
     return sorted((seed_dir / "runs").rglob("events.out.tfevents.*"))
+
+
+# ----------------------------------------------------------------------------------------------
+# layout.py: the sweep layout, written down once
+# ----------------------------------------------------------------------------------------------
+
+
+def test_layout_paths_round_trip(tmp_path):
+    d = layout.seed_dir(tmp_path, "ppo_atari", "bf16", "ALE/Breakout-v5", 3)
+    assert d == tmp_path / "ppo_atari" / "bf16" / "ALE_Breakout-v5" / "seed3"
+    assert layout.parse_seed_dir(d) == (tmp_path, "ppo_atari", "bf16", "ALE_Breakout-v5", 3)
+    assert layout.parse_seed_dir(tmp_path / "a" / "b" / "c" / "seedling") is None
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "layout.py"), "seed-dirs", str(tmp_path),
+                          "ppo_discrete", "v", "CartPole-v1,Acrobot-v1", "1,2"], capture_output=True, text=True)
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    assert [(e, s) for e, s, _ in rows] == [("CartPole-v1", "1"), ("CartPole-v1", "2"), ("Acrobot-v1", "1"),
+                                            ("Acrobot-v1", "2")]
+    assert rows[3][2] == str(layout.seed_dir(tmp_path, "ppo_discrete", "v", "Acrobot-v1", 2))
+
+
+def test_layout_reads_a_checkpoints_step_from_its_status_file_or_the_checkpoint(tmp_path):
+    import torch
+
+    assert layout.checkpoint(tmp_path) is None
+    old, new = tmp_path / "runs" / "a" / "checkpoint.pt", tmp_path / "runs" / "b" / "checkpoint.pt"
+    for path, step in ((old, 128), (new, 256)):
+        path.parent.mkdir(parents=True)
+        torch.save({"global_step": step}, path)
+    os.utime(old, (1, 1))
+    assert layout.checkpoint(tmp_path) == (new, 256)  # the newest, asked itself: no checkpoint.json yet
+    (new.parent / "checkpoint.json").write_text('{"global_step": 384}')
+    assert layout.checkpoint(tmp_path) == (new, 384)  # the status file is read first
+    new.write_bytes(b"damaged")
+    (new.parent / "checkpoint.json").unlink()
+    assert layout.checkpoint(tmp_path) == (new, None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,7 +200,7 @@ def test_compare_runs_without_episodes(tmp_path):
     (tmp_path / "runs" / "Acrobot-v1__default__1__100" / "events.out.tfevents.1.x").write_bytes(b"\x00garbage" * 8)
     rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
     assert rc == 0, err
-    assert "| CartPole-v1 | default | 1 | 20.00 ± 0.00 |" in out
+    assert "| CartPole-v1 | default | 1 | 20.00 (1 seed) |" in out  # no spread from one seed
     assert "some-other-dir" in err and "Traceback" not in err
     assert "Acrobot-v1" not in out
 
@@ -181,8 +219,8 @@ def test_compare_mismatched_step_grids(tmp_path):
     assert "different numbers of steps (5000, 10000)" in err
     assert "the variants trained for different numbers of steps" in err
     assert "| CartPole-v1 | default | 2 |" in out and "| CartPole-v1 | noclip | 2 |" in out
-    # 50 never beats 100; from 2 seeds a side the bootstrap interval would mean nothing, and says so
-    assert "| CartPole-v1 | noclip | 0.00 [n/a: 2 seeds] | 2 vs 2 |" in out
+    # 50 never beats 100, but from 2 seeds a side P(improvement) can only be 0, 1/4, ... 1: not given
+    assert "| CartPole-v1 | noclip | n/a (too few seeds) | 2 vs 2 |" in out
     assert (out_dir / "ppo_discrete_steps.png").stat().st_size > 10_000
     assert (out_dir / "ppo_discrete_time.png").stat().st_size > 10_000
 
@@ -194,33 +232,36 @@ def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
     write_run(seed_dir / "runs" / "CartPole-v1__v__1__100", returns=[3.0])  # no done marker yet
     rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
     assert rc == 0, err
-    assert "appears twice" in err and "| CartPole-v1 | default | 1 | 2.00 ± 0.00 |" in out
+    assert "1 run(s) repeat the seed of a run of the same configuration" in err
+    assert "| CartPole-v1 | default | 1 | 2.00 (1 seed) |" in out
     assert "left out 1 unfinished sweep run" in err and "| v |" not in out
     rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots", "--include-unfinished")
-    assert "## ppo_discrete" in out and "| CartPole-v1 | v | 1 | 3.00 ± 0.00 |" in out
+    assert "## ppo_discrete" in out and "| CartPole-v1 | v | 1 | 3.00 (1 seed) |" in out
     (seed_dir / "done").write_text("")
     rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
-    assert rc == 0 and "| CartPole-v1 | v | 1 | 3.00 ± 0.00 |" in out and "unfinished" not in err
+    assert rc == 0 and "| CartPole-v1 | v | 1 | 3.00 (1 seed) |" in out and "unfinished" not in err
     # The scripts and the sweep write the '/' of an env id as '_'.
     ale = tmp_path / "sweeps" / "ppo_atari" / "v" / "ALE_Breakout-v5" / "seed3"
     write_run(ale / "runs" / "ALE_Breakout-v5__v__3__100", returns=[4.0, 6.0])
     (ale / "done").write_text("")
     rc, out, err = run_compare(tmp_path / "sweeps", "--out", tmp_path / "out", "--no-plots")
-    assert rc == 0 and "## ppo_atari" in out and "| ALE_Breakout-v5 | v | 1 | 5.00 ± 0.00 |" in out
+    assert rc == 0 and "## ppo_atari" in out and "| ALE_Breakout-v5 | v | 1 | 5.00 (1 seed) |" in out
     # CleanRL's run names keep the '/', which adds a directory level below runs/.
     write_run(tmp_path / "cleanrl" / "runs" / "ALE" / "Pong-v5__ppo_atari__1__100", returns=[-20.0, -18.0])
     rc, out, err = run_compare(tmp_path / "cleanrl", "--script", "cleanrl", "--no-plots")
-    assert rc == 0 and "| ALE/Pong-v5 | ppo_atari | 1 | -19.00 ± 0.00 |" in out, out + err
+    assert rc == 0 and "| ALE/Pong-v5 | ppo_atari | 1 | -19.00 (1 seed) |" in out, out + err
 
 
 def write_script_run(run_dir, returns, hparams=None, steps=None):
     """A run as the scripts log it, with torch's SummaryWriter: the `hyperparameters` text (a |param|value|
-    table of the given names) and one charts/episodic_return per episode."""
+    table) and one charts/episodic_return per episode."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(run_dir))
-    if hparams is not None:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|1|" for k in hparams))
+    if hparams is not None:  # names (each logged as 1) or {name: value}
+        hparams = hparams if isinstance(hparams, dict) else dict.fromkeys(hparams, 1)
+        writer.add_text("hyperparameters",
+                        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in hparams.items()))
     steps = np.arange(1, len(returns) + 1) * 10 if steps is None else steps
     for r, s in zip(returns, steps):
         writer.add_scalar("charts/episodic_return", r, int(s))
@@ -313,9 +354,95 @@ def test_compare_gives_no_interval_from_two_seeds(tmp_path):
     rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots")
     assert rc == 0, err
     assert "| CartPole-v1 | default | 2 | 150.00 ± 50.00 | 150.00 [n/a: 2 seeds] |" in out
-    assert "| MountainCar-v0 | default | 1 | -200.00 ± 0.00 | -200.00 [n/a: 1 seed] |" in out
+    assert "| MountainCar-v0 | default | 1 | -200.00 (1 seed) | -200.00 [n/a: 1 seed] |" in out
     assert "| Acrobot-v1 | default | 3 | -82.00 ± 0.82 | -82.00 [-83.00, -81.00] |" in out
     assert "[n/a: N seeds]: no bootstrap interval from fewer than 3 seeds" in out
+
+
+def test_compare_splits_a_variant_whose_runs_differ_in_their_settings(tmp_path):
+    """Runs under one exp_name are seeds of one configuration only if they ran the same settings."""
+    runs = tmp_path / "runs"
+    base = {"script": "ppo_discrete.py", "learning_rate": 0.001, "ent_coef": 0.0, "progress": True}
+    write_script_run(runs / "CartPole-v1__ppo_discrete__1__100", [20.0, 22.0], hparams=base)
+    # Another seed, run without progress lines: how a run is operated does not make it another configuration.
+    write_script_run(runs / "CartPole-v1__ppo_discrete__2__100", [30.0], hparams={**base, "seed": 2, "progress": False})
+    write_script_run(runs / "CartPole-v1__ppo_discrete__3__100", [10.0],
+                     hparams={**base, "learning_rate": 1e-05, "ent_coef": 0.5})
+    rc, out, err = run_compare(runs, "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    assert "ppo_discrete / CartPole-v1 / ppo_discrete: its runs differ in ent_coef, learning_rate" in err
+    assert "| CartPole-v1 | ppo_discrete (ent_coef=0.0, learning_rate=0.001) | 2 | 25.50 ± 4.50 |" in out
+    assert "| CartPole-v1 | ppo_discrete (ent_coef=0.5, learning_rate=1e-05) | 1 | 10.00 (1 seed) |" in out
+    assert "split into 2 rows" in out  # the report says so too
+    assert "differs from `ppo_discrete (ent_coef=0.0, learning_rate=0.001)` in: ent_coef=0.5 (baseline: 0.0), " \
+           "learning_rate=1e-05 (baseline: 0.001)" in out
+
+
+def test_compare_sets_a_copy_of_a_script_beside_its_original(tmp_path):
+    """A changed copy (ppo_continuous_mod.py) is compared with the script it was copied from, in one section."""
+    sweeps = tmp_path / "sweeps"
+    settings = {"ppo_continuous": {"learning_rate": 0.0003}, "ppo_continuous_mod": {"learning_rate": 0.0003,
+                                                                                    "aux_coef": 0.5}}
+    for script, returns in (("ppo_continuous", [100.0, 110.0, 120.0]), ("ppo_continuous_mod", [200.0, 210.0, 220.0])):
+        for seed, value in zip((1, 2, 3), returns):
+            d = layout.seed_dir(sweeps, script, "default", "Hopper-v5", seed)
+            write_script_run(d / "runs" / f"Hopper-v5__default__{seed}__100", [value],
+                             hparams={"script": f"{script}.py", **settings[script]})
+            (d / "done").write_text("")
+        (layout.variant_dir(sweeps, script, "default") / "sweep_args").write_text("")
+    # A plain run of a copy says which file it is.
+    write_script_run(tmp_path / "runs" / "Hopper-v5__mine__1__100", [5.0],
+                     hparams={"script": "ppo_continuous_mod.py", "norm_obs": True})
+    rc, out, err = run_compare(sweeps, tmp_path / "runs", "--out", tmp_path / "out", "--no-plots")
+    assert rc == 0, err
+    assert out.count("## ") == 1 and "## ppo_continuous\n" in out
+    assert "| Hopper-v5 | ppo_continuous_mod/default | 3 | 210.00 ± 8.16 |" in out
+    assert "| Hopper-v5 | ppo_continuous_mod/mine | 1 | 5.00 (1 seed) |" in out
+    assert "| Hopper-v5 | ppo_continuous_mod/default | 1.00 [" in out  # each seed of the copy beats each original
+    assert ("- **ppo_continuous_mod/default**: `ppo_continuous_mod.py`; swept with no extra arguments; differs from "
+            "`default` in: aux_coef=0.5 (not a setting of the baseline's script)") in out
+
+
+def test_compare_never_writes_over_an_earlier_report_and_filters_before_it_warns(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs / "CartPole-v1__default__1__100", returns=[1.0])
+    write_run(runs / "Acrobot-v1__default__1__100", returns=[-90.0])
+    write_run(runs / "Acrobot-v1__default__1__200", returns=[-80.0])  # a seed run again
+    rc, _, err = run_compare(runs, "--no-plots")
+    assert rc == 0 and "1 run(s) repeat the seed" in err and f"wrote {runs / 'report' / 'comparison.md'}" in err
+    rc, out, err = run_compare(runs, "--no-plots", "--env", "CartPole-v1")
+    assert rc == 0 and f"wrote {runs / 'report-2' / 'comparison.md'}" in err
+    assert "repeat" not in err and "Acrobot" not in out  # what --env leaves out is not read, nor warned about
+    assert "Acrobot" in (runs / "report" / "comparison.md").read_text()  # the first report is still there
+    rc, _, err = run_compare(runs, "--no-plots", "--env", "Pendulum-v1")
+    assert rc == 1 and "no runs of the env ids and variants asked for" in err
+
+
+def test_the_plot_draws_a_band_only_where_it_says_so(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    titles = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", lambda self, text, **k: titles.append(text))
+    for seeds in ((1, 2), (1, 2, 3)):
+        for seed in seeds:
+            write_run(tmp_path / f"n{len(seeds)}" / "runs" / f"CartPole-v1__default__{seed}__100",
+                      returns=[float(seed)] * 5)
+        assert run_compare(tmp_path / f"n{len(seeds)}", "--out", tmp_path / "out", "--resamples", "50")[0] == 0
+    assert "no band: a confidence band needs 3 seeds or more" in titles[0]
+    assert titles[2].endswith("band = 95% bootstrap CI")  # [1] is the time axis, [2] the 3-seed steps plot
+
+
+@pytest.mark.parametrize("script", ["ppo_discrete", "ppo_continuous", "ppo_atari"])
+def test_what_compare_leaves_out_of_a_configuration_is_how_the_script_is_operated(script):
+    """Every setting of a script is either part of a run's configuration (a hyperparameter) or named by
+    compare.NOT_CONFIGURATION (how it was operated), never both: a new operational flag must be added there."""
+    from conftest import load_script
+
+    module = load_script(script)
+    names = set(args_fields(script))
+    configuration = set(module.HYPERPARAMETERS) - {"exp_name", "seed", "env_id"}
+    assert not configuration & compare.NOT_CONFIGURATION
+    assert names - configuration <= compare.NOT_CONFIGURATION
 
 
 # ----------------------------------------------------------------------------------------------
@@ -475,16 +602,23 @@ def test_compare_table_and_plots_from_real_runs(local_sweep, interrupted_sweep, 
     # 1024-step runs beside 500k-step published figures: marked with their budget
     assert all("| 1024 |" in row and "| 490.04 ± 6.12 (at 500k) | 497.54 ± 4.02 (at 500k) |" in row for row in rows[:2])
     assert "Probability of improvement over `default`" in out
-    assert rows[2].startswith("| CartPole-v1 | clip100 | ") and rows[2].endswith("| 2 vs 2 |")
+    (poi,) = [row for row in rows if row.endswith("| 2 vs 2 |")]
+    assert poi.startswith("| CartPole-v1 | clip100 | n/a (too few seeds) |")
     # The figure in the table is the mean over seeds of each run's last-100 mean, read here independently.
     finals = []
     for s in (1, 2):
         run = compare.find_runs([local_sweep["vdir"] / "CartPole-v1" / f"seed{s}"])[0]
         finals.append(np.mean(run.returns[-100:]))
     assert f"| {np.mean(finals):.2f} ± {np.std(finals):.2f} |" in rows[0]
+    per_seed = [row for row in rows if row.startswith("| CartPole-v1 | default | ") and row.count("|") == 5]
+    assert per_seed == [f"| CartPole-v1 | default | {finals[0]:.2f} | {finals[1]:.2f} |"]  # each seed's figure
+    # What each row ran: the sweep's extra arguments, and the settings that differ from the baseline's.
+    assert "- **default**: `ppo_discrete.py`; swept with `--total-timesteps 1024 " in out and "; the baseline" in out
+    assert "- **clip100**: `ppo_discrete.py`; swept with `--clip-coef 100 " in out
+    assert "differs from `default` in: clip_coef=100.0 (baseline: 0.2)" in out
     text = (out_dir / "comparison.md").read_text()
     assert "![ppo_discrete: return against steps](ppo_discrete_steps.png)" in text
-    for name in ("ppo_discrete_steps.png", "ppo_discrete_time.png"):
+    for name in ("ppo_discrete_steps.png", "ppo_discrete_time.png", "ppo_discrete_diagnostics.png"):
         png = out_dir / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "NoSuchEnv" not in out  # failed runs wrote no events

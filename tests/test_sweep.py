@@ -15,6 +15,7 @@ The Slurm tests need slurm-wlm and munge (Debian packages) and root; they are sk
 """
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -199,6 +200,7 @@ def killed_sweep(tmp_path_factory):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     info = {"args": args, "vdir": vdir, "ckpt": ckpt, "kill_rc": proc.returncode, "leftovers": processes_in(vdir),
+            "ckpt_step": json.loads((ckpt.parent / "checkpoint.json").read_text())["global_step"],
             "log_at_kill": (vdir / "CartPole-v1" / "seed1" / "log.txt").read_text(),
             "seed2_started": (vdir / "CartPole-v1" / "seed2").exists()}
     info["result"] = sweep(*args)
@@ -217,9 +219,10 @@ def test_sweep_killed_outright_resumes_from_checkpoints(killed_sweep):
     seed1 = vdir / "CartPole-v1" / "seed1"
     log = (seed1 / "log.txt").read_text()
     assert log.startswith(info["log_at_kill"])  # the log is appended to, not restarted
-    assert f"\n# resuming from {info['ckpt']}; started " in log
+    assert f"\n# resuming from {info['ckpt']} (step {info['ckpt_step']}); started " in log
     assert f" --checkpoint-every 4 --progress-interval 0 --resume {info['ckpt']}\n" in log  # the command, logged
     (step,) = resumed_at(log)
+    assert step == info["ckpt_step"]  # checkpoint.json says where the checkpoint is
     # The run resumed at its last checkpoint: a whole number of checkpoint intervals, at most one interval
     # behind the last iteration it reported before the kill.
     last = reported_steps(info["log_at_kill"])[-1]
@@ -274,7 +277,7 @@ def test_sweep_stopped_with_sigterm_resumes_where_it_stopped(terminated_sweep):
     stopped = re.search(r"ppo_discrete: stopped by SIGTERM at step (\d+); checkpoint saved to ", info["log_at_stop"])
     assert stopped, info["log_at_stop"]
     step = int(stopped.group(1))
-    assert f"stopped  {seed1} (stopped by SIGTERM at step {step}); it resumes from its checkpoint next time" \
+    assert f"stopped  {seed1} (checkpoint at step {step}); it resumes from its checkpoint next time" \
         in info["stop_out"]
     # A stopped run loses only its partial rollout: the checkpoint holds the last iteration it reported.
     assert 0 < step < TOTAL and reported_steps(info["log_at_stop"])[-1] == step

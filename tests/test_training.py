@@ -9,7 +9,9 @@ applies the bugs these tests are meant to catch and checks that they do.
 """
 
 import math
+import json
 import os
+import re
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -472,6 +474,8 @@ def test_restore_puts_back_weights_adam_moments_and_generators(script, tmp_path)
     torch.manual_seed(5)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     assert module.restore_checkpoint(ckpt, fresh_agent, fresh_optimizer) == (256 // 128 + 1, 256)
+    assert json.loads((tmp_path / "checkpoint.json").read_text()) == {
+        "global_step": 256, "iteration": 256 // 128, "total_timesteps": ckpt["args"]["total_timesteps"]}
     for p, q in zip(agent.parameters(), fresh_agent.parameters()):
         assert torch.equal(p, q)
     for p, q in zip(agent.parameters(), fresh_agent.parameters()):
@@ -494,10 +498,11 @@ def test_a_crash_during_a_checkpoint_write_leaves_the_previous_one(script, tmp_p
     monkeypatch.setattr(module.os, "replace", lambda a, b: (events.append(("replace", str(a), str(b))),
                                                             real_replace(a, b)))
     save(module, path, agent, optimizer, module.rng_states(), 256)
-    # The new checkpoint went to another file, was synced, and only then renamed over the old one.
-    assert [e[0] for e in events] == ["fsync", "replace"]
+    # The new checkpoint went to another file, was synced, and only then renamed over the old one; then the
+    # few bytes that say how far it got, also renamed into place.
+    assert [e[0] for e in events] == ["fsync", "replace", "replace"]
     assert events[0][1] == os.path.realpath(events[1][1]) != os.path.realpath(path)
-    assert events[1][2] == path
+    assert events[1][2] == path and events[2][2] == str(tmp_path / "checkpoint.json")
 
     def crash(obj, f, *a, **k):
         f.write(b"half a checkpoint")
@@ -507,6 +512,7 @@ def test_a_crash_during_a_checkpoint_write_leaves_the_previous_one(script, tmp_p
     with pytest.raises(OSError):
         save(module, path, agent, optimizer, module.rng_states(), 384)
     assert torch.load(path, map_location="cpu", weights_only=True)["global_step"] == 256
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["global_step"] == 256  # and says so
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -667,6 +673,24 @@ def test_a_checkpoint_from_before_the_added_settings_still_loads(script, checkpo
     torch.save(ckpt, tmp_path / "older.pt")
     loaded = module.load_checkpoint(str(tmp_path / "older.pt"), module.Args())
     assert {name: loaded["args"][name] for name in module.ADDED_SETTINGS} == module.ADDED_SETTINGS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_checkpoint_without_a_setting_added_later_evaluates_but_does_not_resume(script, checkpoints, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """A copy of the script with a new Args field evaluates the original's checkpoints with the field's default."""
+    module = load_script(script)
+    ckpt = torch.load(checkpoints[script], map_location="cpu", weights_only=True)
+    del ckpt["args"]["ent_coef"]  # stands for a field the copy added
+    torch.save(ckpt, tmp_path / "before_the_field.pt")
+    code, err, out = main_in_process(module, ["--eval-checkpoint", tmp_path / "before_the_field.pt",
+                                              "--eval-episodes", 1], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert "predates the settings ['ent_coef']; they take their defaults for this evaluation" in out
+    assert re.search(r" over 1 (episodes|games) ", out)
+    code, err, _ = main_in_process(module, ["--resume", tmp_path / "before_the_field.pt"], tmp_path, monkeypatch,
+                                   capsys)
+    assert code != 0 and err.count("\n") == 1 and "lacks the settings ['ent_coef']" in err
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
