@@ -65,12 +65,12 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
     env_path: Literal["wrappers", "ale-vector"] = "wrappers"
-    """wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded
-    vector env configured with the same details (faster stepping, no faster on a CPU; it learned less on
-    Breakout, 3 seeds: see make_ale_vector_env)"""
+    ("wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded vector "
+     "env configured with the same details (faster stepping, no faster on a CPU; it learned less on Breakout, 3 "
+     "seeds: see make_ale_vector_env)")
     repeat_action_probability: Optional[float] = None
-    """sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own,
-    0 for *NoFrameskip-v4, 0.25 for ALE/*-v5)"""
+    ("sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own, 0 for "
+     "*NoFrameskip-v4, 0.25 for ALE/*-v5)")
     total_timesteps: int = 10_000_000
     """total agent steps across all envs (one step is 4 frames)"""
     learning_rate: float = 2.5e-4
@@ -92,8 +92,8 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_policy: bool = True
-    """clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value
-    loss keeps its own clipping: --clip-vloss, within +-clip_coef)"""
+    ("clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value loss "
+     "keeps its own clipping: --clip-vloss, within +-clip_coef)")
     clip_coef: float = 0.1
     """clipping coefficient of the surrogate objective, and of the value loss (--clip-vloss)"""
     anneal_clip: bool = False
@@ -109,8 +109,8 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
     bootstrap_truncation: bool = True
-    """bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them
-    as terminations, exactly like openai/baselines ppo2 and CleanRL"""
+    ("bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them as "
+     "terminations, exactly like openai/baselines ppo2 and CleanRL")
 
     # --- experiment ---
     exp_name: str = SCRIPT
@@ -122,13 +122,13 @@ class Args:
     cuda: bool = True
     """train on the GPU if there is one, else on the CPU (the start line says which)"""
     threads: Optional[int] = None
-    """torch CPU threads; default: torch's own (OMP_NUM_THREADS, else the CPUs this process may use).
-    The CNN's convolutions share out well across cores; benchmarks/sweep.sh sets OMP_NUM_THREADS to the CPUs
-    each run gets (1 in a local sweep, which runs one seed per core)"""
+    ("torch CPU threads; default: torch's own (OMP_NUM_THREADS, else the CPUs this process may use). The CNN's "
+     "convolutions share out well across cores; benchmarks/sweep.sh sets OMP_NUM_THREADS to the CPUs each run gets "
+     "(1 in a local sweep, which runs one seed per core)")
     async_envs: bool = False
-    """step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of
-    one after another in this process: the same games, the same run. For machines with cores to spare beside
-    the network (a GPU run); on 2 CPU cores it was slower (benchmarks/results/throughput)"""
+    ("step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of one "
+     "after another in this process: the same games, the same run. For machines with cores to spare beside the "
+     "network (a GPU run); on 2 CPU cores it was slower (benchmarks/results/throughput)")
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -136,9 +136,9 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s of whole games under videos/{run_name}: in training env 0's games 0, 1, 8, 27, 64, ...
-    (gymnasium's schedule: the cubes up to 1000, then every 1000th; needs --env-path wrappers); with
-    --eval-checkpoint every evaluated game"""
+    ("record mp4s of whole games under videos/{run_name}: in training env 0's games 0, 1, 8, 27, 64, ... "
+     "(gymnasium's schedule: the cubes up to 1000, then every 1000th; needs --env-path wrappers); with "
+     "--eval-checkpoint every evaluated game")
     progress: bool = True
     """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
     progress_interval: float = 60.0
@@ -150,17 +150,17 @@ class Args:
     checkpoint_every: int = 0
     """also write it every N iterations, and at the end (0: never)"""
     checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
-    most M minutes"""
+    ("also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at "
+     "most M minutes")
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
-    one given here is refused; its checkpoint settings too, unless given here)"""
+    ("continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different one "
+     "given here is refused; its checkpoint settings too, unless given here)")
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the game scores"""
     eval_episodes: int = 10
     """whole games (all lives) to play in evaluation"""
-    eval_greedy: bool = True
-    """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
+    eval_deterministic: bool = True
+    """evaluate with the most likely action (--no-eval-deterministic samples from the policy)"""
 
 
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
@@ -171,6 +171,8 @@ HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "
 ADDED_SETTINGS = {"clip_policy": True}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
 # ppo_atari.py's ale-py vector env takes 32-bit seeds.
 MAX_SEED = 2**30
@@ -628,6 +630,9 @@ def check_flags(argv):
         name = arg[2:].split("=")[0].replace("_", "-") if arg.startswith("--") else None
         if name is None or name == "help" or name in known or (name.startswith("no-") and name[3:] in known):
             continue
+        old = name[3:] if name.startswith("no-") else name
+        if old in RENAMED_FLAGS:
+            fail(f"--{name} is now --{name[:len(name) - len(old)]}{RENAMED_FLAGS[old]}")
         initials = [k for k in known if "".join(word[0] for word in k.split("-")) == name]  # --lr
         near = list(dict.fromkeys(initials + difflib.get_close_matches(name, known, n=2, cutoff=0.6)))
         hint = f"; did you mean {' or '.join('--' + k for k in near)}?" if near else ""
@@ -1141,9 +1146,9 @@ def evaluate_checkpoint(args, ckpt, device):
     agent.load_state_dict(ckpt["model"])
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
-    scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device,
+    scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed, device,
                       args.repeat_action_probability, video_dir)
-    mode = "greedy" if args.eval_greedy else "sampled"
+    mode = "greedy" if args.eval_deterministic else "sampled"
     print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
           f"of the policy at step {ckpt['global_step']}")
     if video_dir:

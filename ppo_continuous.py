@@ -64,8 +64,8 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_policy: bool = True
-    """clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value
-    loss keeps its own clipping: --clip-vloss, within +-clip_coef)"""
+    ("clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value loss "
+     "keeps its own clipping: --clip-vloss, within +-clip_coef)")
     clip_coef: float = 0.2
     """clipping coefficient of the surrogate objective, and of the value loss (--clip-vloss)"""
     anneal_clip: bool = False
@@ -81,11 +81,11 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
     kl_penalty: Optional[float] = None
-    """beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no
-    penalty; 1 to start from with --kl-penalty-target). Not --target-kl, which stops the epochs early"""
+    ("beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no penalty; 1 "
+     "to start from with --kl-penalty-target). Not --target-kl, which stops the epochs early")
     kl_penalty_target: Optional[float] = None
-    """adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved
-    below d_targ / 1.5, doubled above 1.5 * d_targ"""
+    ("adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved below d_targ "
+     "/ 1.5, doubled above 1.5 * d_targ")
     norm_obs: bool = True
     """normalise observations by their running mean and std"""
     norm_reward: bool = True
@@ -95,8 +95,8 @@ class Args:
     clip_reward: float = 10.0
     """clip scaled rewards to +-this (inf: no clipping)"""
     bootstrap_truncation: bool = True
-    """bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as
-    terminations, exactly like openai/baselines ppo2 and CleanRL"""
+    ("bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as terminations, "
+     "exactly like openai/baselines ppo2 and CleanRL")
 
     # --- experiment ---
     exp_name: str = SCRIPT
@@ -108,8 +108,8 @@ class Args:
     cuda: bool = False
     """train on the GPU if there is one (small MLPs are usually faster on the CPU)"""
     threads: int = 1
-    """torch CPU threads; one, as these 64-64 MLPs are too small to share out across threads, and a sweep can
-    then run one seed per core"""
+    ("torch CPU threads; one, as these 64-64 MLPs are too small to share out across threads, and a sweep can then "
+     "run one seed per core")
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -117,9 +117,9 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
-    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode
-    (headless: MUJOCO_GL=egl unless set)"""
+    ("record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's schedule: "
+     "the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode (headless: "
+     "MUJOCO_GL=egl unless set)")
     progress: bool = True
     """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
     progress_interval: float = 60.0
@@ -131,11 +131,11 @@ class Args:
     checkpoint_every: int = 0
     """also write it every N iterations, and at the end (0: never)"""
     checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
-    most M minutes"""
+    ("also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at "
+     "most M minutes")
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
-    one given here is refused; its checkpoint settings too, unless given here)"""
+    ("continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different one "
+     "given here is refused; its checkpoint settings too, unless given here)")
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10
@@ -152,6 +152,8 @@ HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "
 ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
 # ppo_atari.py's ale-py vector env takes 32-bit seeds.
 MAX_SEED = 2**30
@@ -643,6 +645,9 @@ def check_flags(argv):
         name = arg[2:].split("=")[0].replace("_", "-") if arg.startswith("--") else None
         if name is None or name == "help" or name in known or (name.startswith("no-") and name[3:] in known):
             continue
+        old = name[3:] if name.startswith("no-") else name
+        if old in RENAMED_FLAGS:
+            fail(f"--{name} is now --{name[:len(name) - len(old)]}{RENAMED_FLAGS[old]}")
         initials = [k for k in known if "".join(word[0] for word in k.split("-")) == name]  # --lr
         near = list(dict.fromkeys(initials + difflib.get_close_matches(name, known, n=2, cutoff=0.6)))
         hint = f"; did you mean {' or '.join('--' + k for k in near)}?" if near else ""
@@ -924,7 +929,8 @@ class RunControl:
 
     def __init__(self, args, run, agent, optimizer, statistics, envs, writer, device, total_steps, start_iteration,
                  start_step):
-        self.args, self.run, self.agent, self.optimizer, self.envs, self.writer = args, run, agent, optimizer, envs, writer
+        self.args, self.run, self.agent, self.optimizer = args, run, agent, optimizer
+        self.envs, self.writer = envs, writer
         self.obs_rms, self.return_rms, self.penalty = statistics
         self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
         announce_start(args, run.dir, device, total_steps, start_step)

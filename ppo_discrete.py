@@ -63,8 +63,8 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_policy: bool = True
-    """clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value
-    loss keeps its own clipping: --clip-vloss, within +-clip_coef)"""
+    ("clip the policy's surrogate objective; --no-clip-policy optimises the plain ratio * advantage (the value loss "
+     "keeps its own clipping: --clip-vloss, within +-clip_coef)")
     clip_coef: float = 0.2
     """clipping coefficient of the surrogate objective, and of the value loss (--clip-vloss)"""
     anneal_clip: bool = False
@@ -80,8 +80,8 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
     bootstrap_truncation: bool = True
-    """bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as
-    terminations, exactly like openai/baselines ppo2 and CleanRL"""
+    ("bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as terminations, "
+     "exactly like openai/baselines ppo2 and CleanRL")
 
     # --- experiment ---
     exp_name: str = SCRIPT
@@ -101,8 +101,8 @@ class Args:
     wandb_entity: Optional[str] = None
     """the wandb entity (team)"""
     capture_video: bool = False
-    """record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's
-    schedule: the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode"""
+    ("record mp4s under videos/{run_name}: in training env 0's episodes 0, 1, 8, 27, 64, ... (gymnasium's schedule: "
+     "the cubes up to 1000, then every 1000th); with --eval-checkpoint every evaluated episode")
     progress: bool = True
     """report progress: a live line in a terminal; a plain line every --progress-interval seconds otherwise"""
     progress_interval: float = 60.0
@@ -114,17 +114,17 @@ class Args:
     checkpoint_every: int = 0
     """also write it every N iterations, and at the end (0: never)"""
     checkpoint_minutes: float = 0.0
-    """also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at
-    most M minutes"""
+    ("also write it every M minutes of wall time, and at the end (0: never); on a cluster, a kill then costs at "
+     "most M minutes")
     resume: Optional[str] = None
-    """continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different
-    one given here is refused; its checkpoint settings too, unless given here)"""
+    ("continue training from this checkpoint, in its run directory (its hyperparameters are kept: a different one "
+     "given here is refused; its checkpoint settings too, unless given here)")
     eval_checkpoint: Optional[str] = None
     """evaluate this checkpoint instead of training, and print mean +- std of the returns"""
     eval_episodes: int = 10
     """episodes to run in evaluation"""
-    eval_greedy: bool = True
-    """evaluate with the most likely action (--no-eval-greedy samples from the policy)"""
+    eval_deterministic: bool = True
+    """evaluate with the most likely action (--no-eval-deterministic samples from the policy)"""
 
 
 # Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
@@ -135,6 +135,8 @@ HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "
 ADDED_SETTINGS = {"clip_policy": True}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
 # ppo_atari.py's ale-py vector env takes 32-bit seeds.
 MAX_SEED = 2**30
@@ -477,6 +479,9 @@ def check_flags(argv):
         name = arg[2:].split("=")[0].replace("_", "-") if arg.startswith("--") else None
         if name is None or name == "help" or name in known or (name.startswith("no-") and name[3:] in known):
             continue
+        old = name[3:] if name.startswith("no-") else name
+        if old in RENAMED_FLAGS:
+            fail(f"--{name} is now --{name[:len(name) - len(old)]}{RENAMED_FLAGS[old]}")
         initials = [k for k in known if "".join(word[0] for word in k.split("-")) == name]  # --lr
         near = list(dict.fromkeys(initials + difflib.get_close_matches(name, known, n=2, cutoff=0.6)))
         hint = f"; did you mean {' or '.join('--' + k for k in near)}?" if near else ""
@@ -735,7 +740,8 @@ class RunControl:
     line, the periodic checkpoint) and `finish` (the last checkpoint, closing, the last line)."""
 
     def __init__(self, args, run, agent, optimizer, envs, writer, device, total_steps, start_iteration, start_step):
-        self.args, self.run, self.agent, self.optimizer, self.envs, self.writer = args, run, agent, optimizer, envs, writer
+        self.args, self.run, self.agent, self.optimizer = args, run, agent, optimizer
+        self.envs, self.writer = envs, writer
         self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop, self.last_saved_at = StopSignals(), time.time()
@@ -912,8 +918,9 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
     agent.load_state_dict(ckpt["model"])
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
-    returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_greedy, args.seed, device, video_dir)
-    mode = "greedy" if args.eval_greedy else "sampled"
+    returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed, device,
+                       video_dir)
+    mode = "greedy" if args.eval_deterministic else "sampled"
     print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
           f"of the policy at step {ckpt['global_step']}")
     if video_dir:

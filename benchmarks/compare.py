@@ -490,7 +490,8 @@ def describe(label, runs, base_label, base_runs):
     r = runs[0]
     words = [f"`{r.script}.py`"]
     if r.sweep_args is not None:
-        words.append(f"swept with `{r.sweep_args.strip()}`" if r.sweep_args.strip() else "swept with no extra arguments")
+        given = r.sweep_args.strip()
+        words.append(f"swept with `{given}`" if given else "swept with no extra arguments")
     if label == base_label:
         words.append("the baseline")
     elif not r.hparams or not base_runs or not base_runs[0].hparams:

@@ -100,10 +100,8 @@ MUTATIONS = [
     ("norm-reward-always", ("ppo_continuous",), "            if args.norm_reward:\n", "            if True:\n",
      "--no-norm-reward ignored"),
     # Evaluation
-    ("eval-greedy-ignored", ("ppo_discrete",), "args.eval_episodes, args.eval_greedy, args.seed",
-     "args.eval_episodes, True, args.seed", "--no-eval-greedy ignored"),
-    ("eval-greedy-ignored", ("ppo_atari",), "args.eval_episodes, args.eval_greedy, args.seed",
-     "args.eval_episodes, True, args.seed", "--no-eval-greedy ignored"),
+    ("eval-greedy-ignored", ("ppo_discrete", "ppo_atari"), "args.eval_episodes, args.eval_deterministic, args.seed",
+     "args.eval_episodes, True, args.seed", "--no-eval-deterministic ignored"),
     ("eval-deterministic-ignored", ("ppo_continuous",), "                if args.eval_deterministic:\n",
      "                if True:\n", "--no-eval-deterministic ignored"),
     # The network

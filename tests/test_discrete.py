@@ -376,7 +376,7 @@ def followups(base, runs, bad_cases, tmp_path_factory):
     resuming a finished run, resuming a crafted mid-run checkpoint, and the bad-input cases run as processes."""
     jobs = {
         "eval_greedy": ["--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3],
-        "eval_sampled": ["--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3, "--no-eval-greedy"],
+        "eval_sampled": ["--eval-checkpoint", base["checkpoint"], "--eval-episodes", 3, "--no-eval-deterministic"],
         "resume_finished": ["--resume", base["checkpoint"]],
     }
     cwds = {name: tmp_path_factory.mktemp(name) for name in jobs}

@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from conftest import SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_script, run_scripts, script_env
+from conftest import (REPO_ROOT, SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_script, run_scripts,
+                      script_env)
 
 # Tiny runs: 4 iterations of 128 steps, 4 epochs of 4 minibatches of 32 (16 updates an iteration).
 TINY = {
@@ -226,7 +227,7 @@ def test_a_loss_that_is_not_finite_stops_the_run_with_one_error_line(script, tmp
 
 
 # ----------------------------------------------------------------------------------------------
-# Evaluation follows --no-eval-greedy / --no-eval-deterministic
+# Evaluation follows --no-eval-deterministic
 # ----------------------------------------------------------------------------------------------
 
 
@@ -240,7 +241,8 @@ def checkpoints(tmp_path_factory):
     return {s: run_dirs(cwd)[0] / "checkpoint.pt" for s, (_, _, cwd) in jobs.items()}
 
 
-EVAL_FLAG = {"ppo_discrete": "eval-greedy", "ppo_continuous": "eval-deterministic", "ppo_atari": "eval-greedy"}
+EVAL_FLAG = {"ppo_discrete": "eval-deterministic", "ppo_continuous": "eval-deterministic",
+             "ppo_atari": "eval-deterministic"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -749,6 +751,29 @@ def test_an_unknown_flag_is_one_error_line_with_the_nearest_real_ones(script, fl
     assert err.startswith(f"error: unknown flag {flag}")
     assert (f"did you mean {suggestion}?" in err) if suggestion else ("did you mean" not in err)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("flag, now", [("--eval-greedy", "--eval-deterministic"),
+                                       ("--no-eval-greedy", "--no-eval-deterministic")])
+def test_a_renamed_flag_says_its_new_name(script, flag, now, tmp_path, monkeypatch, capsys):
+    code, err, out = main_in_process(load_script(script), [flag], tmp_path, monkeypatch, capsys)
+    assert code == 2 and out == "" and err == f"error: {flag} is now {now}\n"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_gives_each_setting_one_unbroken_line_of_text(script):
+    """tyro prints a field's docstring with its line breaks: a docstring that wraps in the source would break
+    mid-sentence in --help, so each is one string (concatenated in parentheses where it is long)."""
+    import ast
+
+    tree = ast.parse((REPO_ROOT / f"{script}.py").read_text())
+    args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args")
+    body = args.body
+    helps = {a.target.id: b.value.value for a, b in zip(body, body[1:])
+             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+    assert set(helps) == {a.target.id for a in body if isinstance(a, ast.AnnAssign)}  # every setting has one
+    assert [name for name, text in helps.items() if "\n" in text or "  " in text] == []
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
