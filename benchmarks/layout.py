@@ -14,6 +14,7 @@ checkpoint.pt), not from its log.
 For sweep.sh (one line each, tab-separated):
     python benchmarks/layout.py variant-dir OUTDIR SCRIPT VARIANT                               -> DIR
     python benchmarks/layout.py seed-dirs OUTDIR SCRIPT VARIANT ENV[,ENV...] SEED[,SEED...]   -> ENV SEED DIR
+    python benchmarks/layout.py has-progress VARIANT_DIR             -> exit 0 if a run finished or checkpointed
     python benchmarks/layout.py checkpoint SEED_DIR                  -> PATH STEP of its checkpoint, or nothing
 """
 
@@ -53,6 +54,12 @@ def is_done(directory):
     return (Path(directory) / "done").exists()
 
 
+def has_progress(vdir):
+    """Whether any run of a variant finished or got as far as a checkpoint (else nothing of it is worth keeping)."""
+    vdir = Path(vdir)
+    return any(vdir.glob("*/seed*/done")) or any(vdir.glob(f"*/seed*/runs/*/{CHECKPOINT}"))
+
+
 def checkpoint(directory):
     """(path, step) of the newest checkpoint under a seed directory, or None. The step is checkpoint.json's;
     a checkpoint written before the scripts wrote that file is asked itself (a slower torch.load)."""
@@ -82,6 +89,8 @@ def main(argv):
             for seed in seeds.split(","):
                 print(f"{env}\t{seed}\t{seed_dir(outdir, script, variant, env, seed)}")
         return 0
+    if len(argv) == 2 and argv[0] == "has-progress":
+        return 0 if has_progress(argv[1]) else 1
     if len(argv) == 2 and argv[0] == "checkpoint":
         found = checkpoint(argv[1])
         if found is not None:

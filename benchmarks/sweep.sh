@@ -330,12 +330,16 @@ outdir="$(cd "$outdir" && pwd)"
 python_abs=$("$python" -c 'import sys; print(sys.executable)') || die "cannot run $python"
 vdir=$("$python_abs" "$LAYOUT" variant-dir "$outdir" "$script_name" "$variant") || die "cannot run $LAYOUT"
 
-# A variant is one configuration: refuse to mix runs made with different extra arguments under one name.
+# A variant is one configuration: refuse to mix runs made with different extra arguments under one name, unless
+# none of its runs got anywhere (all failed before a checkpoint): then nothing of the old arguments is kept.
 extra_quoted=""
 [ ${#extra[@]} -eq 0 ] || extra_quoted=$(printf '%q ' "${extra[@]}")
 if [ -f "$vdir/sweep_args" ] && [ "$(cat "$vdir/sweep_args")" != "$extra_quoted" ]; then
-    die "variant '$variant' of $script_name was run with the extra arguments [$(cat "$vdir/sweep_args")], not" \
-        "[$extra_quoted]; use another --variant name (or delete $vdir)"
+    "$python_abs" "$LAYOUT" has-progress "$vdir" &&
+        die "variant '$variant' of $script_name was run with the extra arguments [$(cat "$vdir/sweep_args")], not" \
+            "[$extra_quoted]; use another --variant name (or delete $vdir)"
+    echo "$PROG: variant '$variant' was started with the extra arguments [$(cat "$vdir/sweep_args")], but none of" \
+        "its runs finished or reached a checkpoint: its runs start again with [$extra_quoted]" >&2
 fi
 
 # ---------------------------------------------------------------------------------------------------

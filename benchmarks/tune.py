@@ -392,7 +392,7 @@ class Worker:
         say(f"trial {trial.number}: {shlex.join(flags)}")
         log = s.folder / "logs" / f"{variant}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["bash", str(SWEEP), "-s", d["script"], "-e", ",".join(d["envs"]), "--seeds",
+        cmd = ["bash", str(SWEEP), "-s", str(REPO / d["script"]), "-e", ",".join(d["envs"]), "--seeds",
                ",".join(map(str, d["seeds"])), "-v", variant, "-o", str(s.sweeps), "-j", str(d["jobs"]),
                "--python", sys.executable, "--", *d["extra"], *flags]
         # The sweep runs in a session of its own (a Ctrl-C reaches only this worker, which passes on one TERM);
@@ -634,7 +634,9 @@ def define(args, extra):
         if env not in bounds:
             low, high, where = measured_bounds(env)
             bounds[env], bounds_from[env] = (low, high), where
-    return {"script": str(script), "envs": envs, "seeds": seeds, "space": space, "space_specs": specs,
+    # A script inside the repository is named from its root, so that the study moves with a clone.
+    named = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else str(script)
+    return {"script": named, "envs": envs, "seeds": seeds, "space": space, "space_specs": specs,
             "extra": list(extra), "total_timesteps": fixed.total_timesteps, "bounds": bounds, "bounds_from": bounds_from,
             "objective": args.objective, "pruner": args.pruner, "startup_trials": args.startup_trials,
             "warmup_rungs": args.warmup_rungs, "rungs": args.rungs, "sampler": args.sampler,

@@ -497,6 +497,24 @@ def test_sweep_dry_run(local_sweep):
     assert "exit status 2" in (vdir / "NoSuchEnv-v0" / "seed1" / "log.txt").read_text()
 
 
+def test_a_variant_whose_runs_all_failed_can_be_run_again_with_other_arguments(tmp_path):
+    """A variant whose runs never reached a checkpoint keeps nothing of its arguments: fixed, it runs again."""
+    out = tmp_path / "sweeps"
+    failed = sweep("-s", SCRIPT, "-e", "NoSuchEnv-v0", "--seeds", "1", "-o", out, "--", *TINY)
+    assert failed.returncode == 1
+    vdir = layout.variant_dir(out, "ppo_discrete", "default")
+    assert not layout.has_progress(vdir)
+    r = sweep("-s", SCRIPT, "-e", "NoSuchEnv-v0", "--seeds", "1", "-o", out, "--dry-run", "--", "--clip-coef", "0.3",
+              *TINY)
+    assert r.returncode == 0 and "but none of its runs finished or reached a checkpoint" in r.stderr, r.stderr
+    # Once a run has got somewhere, other arguments under the same name are refused.
+    (layout.seed_dir(out, "ppo_discrete", "default", "NoSuchEnv-v0", 1) / "done").write_text("")
+    assert layout.has_progress(vdir)
+    r = sweep("-s", SCRIPT, "-e", "NoSuchEnv-v0", "--seeds", "1", "-o", out, "--dry-run", "--", "--clip-coef", "0.3",
+              *TINY)
+    assert r.returncode == 2 and "was run with the extra arguments" in r.stderr
+
+
 def test_sweep_usage_errors(local_sweep):
     out = local_sweep["out"]
     r = sweep("-s", SCRIPT, "-e", "CartPole-v1", "-o", out, "--", "--clip-coef", "100")
