@@ -278,3 +278,22 @@ def test_speed_quotes_are_the_newest_measurement():
         assert text, f"{where} is missing"
         assert bold_integers(text) == newest, (
             f"{where} quotes {sorted(bold_integers(text))} in bold; the newest measurement is {sorted(newest)}")
+
+
+def test_table1_is_recomputed_from_the_committed_events(tmp_path):
+    """table1/table1.md is what the command in its README computes from the committed events."""
+    spec = importlib.util.spec_from_file_location("table1", REPO / "benchmarks" / "table1.py")
+    table1 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table1)
+    folder = RESULTS / "table1"
+    (command,) = [line.strip() for line in (folder / "README.md").read_text().splitlines()
+                  if line.strip().startswith("python benchmarks/table1.py")]
+    args = shlex.split(command)[2:]
+    i = args.index("--out")
+    args[i + 1] = str(tmp_path / "table1.md")
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert table1.main(args) == 0
+    assert (tmp_path / "table1.md").read_text() == (folder / "table1.md").read_text()
+    # The README quotes the random policy's figures that the table normalises with.
+    assert "| HalfCheetah-v5 | -282.49 | " in (folder / "table1.md").read_text()
+
