@@ -653,14 +653,6 @@ def test_extending_a_finished_run_is_explained(trained, tmp_path, monkeypatch, c
     assert "--total-timesteps 1024 differs" in error and "learning-rate schedule" in error and "new run" in error
 
 
-@pytest.fixture
-def restore_signal_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def signal_on_call(monkeypatch, owner, name, call, sig):
     """Make the `call`-th call of owner.name send `sig` to this process first: a signal at that moment."""
     original, calls = getattr(owner, name), [0]
@@ -695,7 +687,7 @@ STOP_MOMENTS = {
 
 
 @pytest.fixture
-def stopped_run(request, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+def stopped_run(request, tmp_path, monkeypatch, capsys):
     arrange, extra, sig, iteration = STOP_MOMENTS[request.param]
     arrange(monkeypatch)
     code, err, out = run_main_in_process([*TEN, *extra], tmp_path, monkeypatch, capsys)
@@ -724,7 +716,7 @@ def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run)
 
 @pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
 def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run, tmp_path_factory, monkeypatch,
-                                                                      capsys, restore_signal_handlers):
+                                                                      capsys):
     run_dir = stopped_run["run_dir"]
     # A copy of the stopped run, resumed with checkpoint settings of its own on the command line.
     copy_cwd = tmp_path_factory.mktemp("copy")
@@ -764,7 +756,7 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     assert ckpt["iteration"] == 10 and ckpt["args"]["checkpoint_every"] == 3 and ckpt["args"]["save_model"] is True
 
 
-def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_signal_handlers):
+def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys):
     """--checkpoint-minutes: a checkpoint once that much wall time has passed since the last one."""
     clock = [1000.0]
     monkeypatch.setattr(pa.time, "time", lambda: clock[0])
@@ -787,7 +779,7 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     assert saves == [3, 6, 9, 10]  # 120 s reached after every third iteration, and the end
 
 
-def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):
+def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch):
     stop = pa.StopSignals()
     assert not stop
     exits = []

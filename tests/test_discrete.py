@@ -632,14 +632,6 @@ def test_budget_rounded_to_whole_rollouts_is_announced(tmp_path, monkeypatch, ca
     assert "done, 512 steps" in out.splitlines()[-1]
 
 
-@pytest.fixture
-def restore_signal_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def signal_on_call(monkeypatch, owner, name, call, sig):
     """Make the `call`-th call of owner.name send `sig` to this process first: a signal at that moment."""
     original, calls = getattr(owner, name), [0]
@@ -669,7 +661,7 @@ STOP_MOMENTS = {
 
 
 @pytest.fixture
-def stopped_run(request, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+def stopped_run(request, tmp_path, monkeypatch, capsys):
     arrange, extra, sig, iteration = STOP_MOMENTS[request.param]
     arrange(monkeypatch)
     code, err, out = run_main_in_process([*TEN, *extra], tmp_path, monkeypatch, capsys)
@@ -698,7 +690,7 @@ def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run)
 
 @pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
 def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run, tmp_path_factory, monkeypatch,
-                                                                      capsys, restore_signal_handlers):
+                                                                      capsys):
     run_dir = stopped_run["run_dir"]
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
     saves, save = [], pd.save_checkpoint
@@ -726,7 +718,7 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
 
 
-def test_checkpoint_settings_given_on_resume_win(base, tmp_path, monkeypatch, capsys, restore_signal_handlers):
+def test_checkpoint_settings_given_on_resume_win(base, tmp_path, monkeypatch, capsys):
     ckpt = torch.load(base["checkpoint"], map_location="cpu", weights_only=True)
     ckpt["iteration"], ckpt["global_step"] = 1, BATCH  # set back, so there is something to train
     run_dir = tmp_path / "runs" / ckpt["run_name"]
@@ -740,7 +732,7 @@ def test_checkpoint_settings_given_on_resume_win(base, tmp_path, monkeypatch, ca
     assert saved["iteration"] == ITERATIONS and saved["args"]["save_model"] is False
 
 
-def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_signal_handlers):
+def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys):
     """--checkpoint-minutes: a checkpoint once that much wall time has passed since the last one."""
     clock = [1000.0]
     monkeypatch.setattr(pd.time, "time", lambda: clock[0])
@@ -766,7 +758,7 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys, restore_sig
     assert saves == [3, 6, 9, 10]  # 120 s reached after every third iteration, and the end
 
 
-def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch, restore_signal_handlers):
+def test_stop_signals_handler_repeats_and_second_ctrl_c(monkeypatch):
     stop = pd.StopSignals()
     assert not stop
     exits = []
