@@ -18,8 +18,11 @@ over seeds of the normalised scores (--objective iqm: the interquartile mean ove
 Pruning inside runs. A trial's runs train side by side (-j, default: all of them at once); their events are read
 while they train, and at every tenth of the budget (--rungs) that all of them have passed, the trial reports its
 value so far (each run's last-100 mean up to that step) to the pruner (median by default: stop a trial worse
-than the median of the earlier ones at the same rung, after --startup-trials trials and --warmup-rungs rungs).
-A pruned trial's runs are stopped with a checkpoint; what they reached is kept, and labelled, in the report.
+than the median of the earlier ones at the same rung, once --startup-trials trials have finished, from rung
+--warmup-rungs on). A pruned trial's runs are stopped with a checkpoint; what they reached is kept, and
+labelled, in the report. With -j below the runs of a trial, the first rung waits for the last runs to start, so
+pruning comes later in the trial. A trial one of whose runs fails is stopped and counted as failed; after
+MAX_FAILURES failed trials in a row the worker gives up.
 
 What a study survives. Its storage is a file (Optuna's journal, OUTDIR/NAME/journal.log), its runs are a sweep
 (OUTDIR/NAME/sweeps/, which benchmarks/compare.py reads as it is). Several workers, started alike on one machine
@@ -88,35 +91,33 @@ NUMBER = r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?"
 
 def parse_setting(spec, fields_by_name):
     """'learning_rate=log:1e-4:1e-2' -> {"name", "kind", "low", "high", "log"} or {"name", "kind": "choice",
-    "values"}, checked against the script's settings."""
+    "values"}, checked against the script's settings (fields_by_name: name -> bool, int, float or str)."""
     if "=" not in spec:
         raise TuneError(f"--space {spec!r}: expected NAME=RANGE (e.g. learning_rate=log:1e-4:1e-2)")
-    name, rng = spec.split("=", 1)
-    name = name.strip().lstrip("-").replace("-", "_")
+    name, rng = (part.strip() for part in spec.split("=", 1))
+    name = name.lstrip("-").replace("-", "_")
     if name not in fields_by_name:
         raise TuneError(f"--space {spec!r}: the script has no setting {name!r}")
     kind = fields_by_name[name]
-    parts = rng.split(":")
-    log = "log" in parts
-    parts = [p for p in parts if p != "log"]
-    if len(parts) >= 2 and parts[0] in ("int", "float") or (len(parts) == 2 and all(re.fullmatch(NUMBER, p)
-                                                                                     for p in parts)):
-        number = parts.pop(0) if parts[0] in ("int", "float") else ("int" if kind is int else "float")
-        if len(parts) != 2 or not all(re.fullmatch(NUMBER, p) for p in parts):
-            raise TuneError(f"--space {spec!r}: a range is LOW:HIGH, with numbers")
-        low, high = float(parts[0]), float(parts[1])
+    parts = [p.strip() for p in rng.split(":")]
+    if len(parts) > 1:  # a range: [int|float:][log:]LOW:HIGH
+        words = [p for p in parts[:-2] if p in ("int", "float", "log")]
+        number = "int" if "int" in words else "float" if "float" in words else ("int" if kind is int else "float")
+        log = "log" in words
+        if len(words) != len(parts) - 2 or not all(re.fullmatch(NUMBER, p) for p in parts[-2:]):
+            raise TuneError(f"--space {spec!r}: a range is [int:|float:][log:]LOW:HIGH, with numbers")
+        if kind not in (int, float) or (number == "int") != (kind is int):
+            raise TuneError(f"--space {spec!r}: {name} is a{'n' if kind is int else ''} "
+                            f"{kind.__name__} setting" + (": its values are true,false" if kind is bool else ""))
+        low, high = float(parts[-2]), float(parts[-1])
         if number == "int" and not (low.is_integer() and high.is_integer()):
             raise TuneError(f"--space {spec!r}: an integer range needs integer bounds")
         if not low < high:
             raise TuneError(f"--space {spec!r}: the range is empty (LOW must be below HIGH)")
         if log and low <= 0:
             raise TuneError(f"--space {spec!r}: a log range must be above 0")
-        if number == "int" and kind is not int:
-            raise TuneError(f"--space {spec!r}: {name} is not an integer setting")
         return {"name": name, "kind": number, "low": int(low) if number == "int" else low,
                 "high": int(high) if number == "int" else high, "log": log}
-    if log:
-        raise TuneError(f"--space {spec!r}: log applies to a range LOW:HIGH")
     values = [v.strip() for v in rng.split(",") if v.strip()]
     if len(values) < 2:
         raise TuneError(f"--space {spec!r}: give a range LOW:HIGH or at least two values A,B")
@@ -125,10 +126,13 @@ def parse_setting(spec, fields_by_name):
             raise TuneError(f"--space {spec!r}: {name} is a switch: its values are true,false")
         values = [v.lower() == "true" for v in values]
     elif kind in (int, float):
-        try:
-            values = [kind(float(v)) if kind is int else float(v) for v in values]
-        except ValueError:
-            raise TuneError(f"--space {spec!r}: {name} takes numbers") from None
+        if not all(re.fullmatch(NUMBER, v) for v in values):
+            raise TuneError(f"--space {spec!r}: {name} takes finite numbers")
+        values = [float(v) for v in values]
+        if kind is int:
+            if not all(v.is_integer() for v in values):
+                raise TuneError(f"--space {spec!r}: {name} takes integers")
+            values = [int(v) for v in values]
     if len(set(values)) != len(values):
         raise TuneError(f"--space {spec!r}: a value is given twice")
     return {"name": name, "kind": "choice", "values": values}
@@ -199,28 +203,29 @@ def script_settings(module, argv):
 
 def read_returns(run_dir):
     """(steps, returns, last step logged) of a run so far. A resumed run's event file starts again from its
-    checkpoint's step: what an earlier file logged from there on was redone, and is dropped."""
+    checkpoint: the scripts open it with TensorBoard's purge_step, which the file records as its first session
+    event, and what earlier files logged from that step on was redone, so it is dropped (as TensorBoard does)."""
     # The legacy loader yields the events as written (scalars in simple_value), without TensorBoard's upgrade.
     from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    episodes, last = [], 0
+    events = []  # (step, return or None): every scalar event, a return where it is one
     for path in sorted(Path(run_dir).glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime):
-        steps_here, first = [], None
+        here, cut = [], None
         try:
             for event in LegacyEventFileLoader(str(path)).Load():
+                if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                    cut = event.step if cut is None else cut
                 for value in event.summary.value:
-                    first = event.step if first is None else first
-                    steps_here.append(event.step)
-                    if value.tag == RETURN_TAG:
-                        episodes.append((event.step, value.simple_value, path))
+                    cut = event.step if cut is None else cut
+                    here.append((event.step, value.simple_value if value.tag == RETURN_TAG else None))
         except Exception:  # a file being written: what was read so far counts
             pass
-        if first is not None:
-            episodes = [e for e in episodes if e[2] == path or e[0] < first]
-            last = max([s for s in steps_here] + [s for s, _, p in episodes if p != path], default=0)
-    steps = np.array([s for s, _, _ in episodes], dtype=np.int64)
-    returns = np.array([r for _, r, _ in episodes], dtype=float)
-    return steps, returns, last
+        if cut is not None:
+            events = [e for e in events if e[0] < cut] + here
+    steps = np.array([s for s, r in events if r is not None], dtype=np.int64)
+    returns = np.array([r for _, r in events if r is not None], dtype=float)
+    return steps, returns, max((s for s, _ in events), default=0)
 
 
 def score_at(steps, returns, step):
@@ -238,7 +243,7 @@ def iqm(x):
 class Study:
     """One study: its folder, its definition, its Optuna study."""
 
-    def __init__(self, folder, definition=None):
+    def __init__(self, folder, definition=None, fresh=False):
         import optuna
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
@@ -265,8 +270,13 @@ class Study:
         else:  # threshold:LOW
             pruner = optuna.pruners.ThresholdPruner(lower=float(pruner.split(":", 1)[1]),
                                                     n_warmup_steps=self.d["warmup_rungs"])
-        sampler = (optuna.samplers.RandomSampler(seed=self.d["sampler_seed"]) if self.d["sampler"] == "random" else
-                   optuna.samplers.TPESampler(seed=self.d["sampler_seed"], n_startup_trials=self.d["startup_trials"]))
+        # The worker that creates the study draws from --sampler-seed, so a study run by one worker reproduces;
+        # a worker joining it, or starting it again, draws from a seed of its own (else it would repeat the draws).
+        seed = self.d["sampler_seed"]
+        if not fresh:
+            seed = int(np.random.SeedSequence([seed, os.getpid(), int(time.time() * 1e6)]).generate_state(1)[0])
+        sampler = (optuna.samplers.RandomSampler(seed=seed) if self.d["sampler"] == "random" else
+                   optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.d["startup_trials"]))
         self.optuna = optuna.create_study(study_name="study", storage=self.storage, direction="maximize",
                                           pruner=pruner, sampler=sampler, load_if_exists=True)
 
@@ -309,12 +319,24 @@ class Stop(Exception):
     pass
 
 
-def die_with_parent():
-    """In the sweep's process, before it starts: be sent SIGTERM when the worker that started it dies."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+MAX_FAILURES = 3  # failed trials in a row after which a worker gives up: something fails every configuration
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+if sys.platform.startswith("linux"):
+    import ctypes
+
+    LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child should not load libraries
+else:
+    LIBC = None
+
+
+def die_with_parent(parent=os.getpid()):
+    """In the sweep's process, before it starts: be sent SIGTERM when the worker that started it dies (and not
+    start at all if it died already)."""
+    if LIBC is not None:
+        LIBC.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 class Worker:
@@ -327,8 +349,13 @@ class Worker:
 
     def on_signal(self, signum, frame):
         self.stopping = signal.Signals(signum).name
-        if self.sweep is not None and self.sweep.poll() is None:
-            os.killpg(self.sweep.pid, signal.SIGTERM)  # the sweep stops its runs, each with a checkpoint
+        self.stop_sweep()
+
+    def stop_sweep(self):
+        """TERM to the sweep, which stops its runs, each with a checkpoint (nothing if it has exited)."""
+        if self.sweep is not None and self.sweep.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.sweep.pid, signal.SIGTERM)
 
     def finished_trials(self):
         import optuna
@@ -344,7 +371,10 @@ class Worker:
         except OSError:
             f.close()
             return None
-        return f
+        # Kept on a descriptor above 9: sweep.sh uses 9 for its own lock, and the sweep inherits this one.
+        high = os.fdopen(fcntl.fcntl(f.fileno(), fcntl.F_DUPFD, 20), "w")
+        f.close()
+        return high
 
     def next_trial(self):
         """(trial, lock): a trial cut short by a stopped or killed worker first, else a new one."""
@@ -362,24 +392,34 @@ class Worker:
                 return trial, lock
 
     def run(self):
+        failures = 0
         while self.stopping is None and self.finished_trials() < self.trials:
             trial, lock = self.next_trial()
             try:
-                self.run_trial(trial, lock)
+                failures = 0 if self.run_trial(trial, lock) else failures + 1
             except Stop:
                 say(f"stopped by {self.stopping}: trial {trial.number}'s runs wrote checkpoints; the next worker "
                     "to start resumes it")
-                task = f"{os.environ.get('SLURM_ARRAY_JOB_ID')}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-                if self.stopping == "SIGUSR1" and "SLURM_ARRAY_JOB_ID" in os.environ:  # Slurm's time-limit warning
-                    say(f"requeueing Slurm task {task}")
-                    subprocess.run(["scontrol", "requeue", task])
-                return 130
+                return self.stopped()
             finally:
                 lock.close()
             write_report(self.study)
+            if failures == MAX_FAILURES:
+                say(f"error: {failures} trials in a row failed; stopping (their logs: {self.study.folder / 'logs'})")
+                return 1
+        if self.stopping:
+            say(f"stopped by {self.stopping} between trials")
+            return self.stopped()
         say(f"the study has {self.finished_trials()} finished trials (asked for {self.trials}); report in "
             f"{self.study.folder / 'report' / 'report.md'}")
         return 0
+
+    def stopped(self):
+        if self.stopping == "SIGUSR1" and "SLURM_ARRAY_JOB_ID" in os.environ:  # Slurm's warning of its time limit
+            task = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}"
+            say(f"requeueing Slurm task {task}")
+            subprocess.run(["scontrol", "requeue", task])
+        return 130
 
     def run_trial(self, trial, lock):
         import optuna
@@ -403,15 +443,16 @@ class Worker:
                                           start_new_session=True, pass_fds=(lock.fileno(),),
                                           preexec_fn=die_with_parent)
         if self.stopping:
-            os.killpg(self.sweep.pid, signal.SIGTERM)
+            self.stop_sweep()
         rungs = [round(d["total_timesteps"] * k / d["rungs"]) for k in range(1, d["rungs"] + 1)]
         reported = set(s.optuna.get_trials(deepcopy=False)[trial.number].intermediate_values)  # a resumed trial's
-        pruned_at = None
+        pruned_at, failed_run = None, None
         while True:
             finished = self.sweep.poll() is not None
             progress = s.progress(trial.number)
+            failed_run = failed_run or next((key for key in s.runs if self.run_failed(trial.number, key)), None)
             for k, step in enumerate(rungs, 1):
-                if k in reported or len(progress) < len(s.runs):
+                if k in reported or len(progress) < len(s.runs) or failed_run:
                     continue
                 if not all(last >= step or self.run_done(trial.number, key) for key, (_, _, last) in progress.items()):
                     break
@@ -420,17 +461,20 @@ class Worker:
                     continue  # a run without an episode by then: this rung says nothing
                 trial.report(s.value(scores), k)
                 reported.add(k)
-                if k < d["rungs"] and trial.should_prune():
+                done = finished or all(self.run_done(trial.number, key) for key in s.runs)
+                if k < d["rungs"] and not done and trial.should_prune():
                     pruned_at = k
                     break
-            if pruned_at is not None:
-                os.killpg(self.sweep.pid, signal.SIGTERM)
+            if pruned_at is not None or (failed_run and not self.stopping):
+                self.stop_sweep()  # pruned, or a run failed: the trial ends here
                 self.sweep.wait()
                 break
             if finished:
                 break
             time.sleep(self.poll)
         rc, self.sweep = self.sweep.returncode, None
+        if rc == 130 and not (self.stopping or pruned_at or failed_run):  # stopped from outside (Slurm signals all)
+            self.stopping = "a stop of its sweep"
         progress = s.progress(trial.number)
         runs = {}
         for (env, seed), (st, r, last) in progress.items():
@@ -442,17 +486,31 @@ class Worker:
             trial.set_user_attr("pruned_at", f"rung {pruned_at} of {d['rungs']} (step {rungs[pruned_at - 1]})")
             s.optuna.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
             say(f"trial {trial.number}: pruned at rung {pruned_at} of {d['rungs']}")
-            return
-        if self.stopping:
+            return True
+        if self.stopping and not failed_run:
             raise Stop()
-        if rc != 0 or not all(v["finished"] for v in runs.values()) or len(runs) < len(s.runs):
-            trial.set_user_attr("failed", f"sweep exit {rc}; its output: {log}")
+        value = (s.value({(env, seed): runs[f"{env} seed {seed}"]["score"] for env, seed in s.runs})
+                 if len(runs) == len(s.runs) else math.nan)
+        if failed_run or rc != 0 or not all(v["finished"] for v in runs.values()) or not math.isfinite(value):
+            why = (f"{failed_run[0]} seed {failed_run[1]} failed" if failed_run else
+                   f"sweep exit {rc}" if rc != 0 else "a run logged no episode")
+            trial.set_user_attr("failed", f"{why}; the sweep's output: {log}")
             s.optuna.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-            say(f"trial {trial.number}: FAILED (sweep exit {rc}; log {log})")
-            return
-        value = s.value({(env, seed): runs[f"{env} seed {seed}"]["score"] for env, seed in s.runs})
+            say(f"trial {trial.number}: FAILED ({why}; log {log})")
+            return False
         s.optuna.tell(trial.number, value)
         say(f"trial {trial.number}: {value:.4f}")
+        return True
+
+    def run_failed(self, number, key):
+        """Whether a run of the trial exited with an error (not stopped: 130 and 143 are stops), not to be retried."""
+        d = layout.seed_dir(self.study.sweeps, self.study.script_name, self.study.variant(number), *key)
+        try:
+            lines = [line for line in (d / "log.txt").read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return False
+        m = re.fullmatch(r"# exit status (\d+) after \d+ s", lines[-1]) if lines else None
+        return m is not None and int(m[1]) not in (0, 130, 143) and not layout.is_done(d)
 
     def run_done(self, number, key):
         env, seed = key
@@ -486,8 +544,8 @@ def write_report(study):
              + ("A trial's value: the IQM of its runs' normalised scores." if d["objective"] == "iqm" else
                 "A trial's value: the mean over envs of the mean over seeds of the normalised scores."), "",
              "Search space: " + ", ".join(f"`{spec}`" for spec in d["space_specs"]) + f". Sampler: {d['sampler']} "
-             f"(seed {d['sampler_seed']}); pruner: {d['pruner']} (after {d['startup_trials']} trials and "
-             f"{d['warmup_rungs']} rungs; a rung is a {1 / d['rungs']:.0%} of the budget).", "",
+             f"(seed {d['sampler_seed']}); pruner: {d['pruner']} (once {d['startup_trials']} trials have finished, "
+             f"from rung {d['warmup_rungs']} on; a rung is {1 / d['rungs']:.0%} of the budget).", "",
              f"Trials: {len(trials)} ({len(complete)} complete, "
              f"{sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)} pruned, "
              f"{sum(t.state == optuna.trial.TrialState.FAIL for t in trials)} failed, "
@@ -501,7 +559,7 @@ def write_report(study):
             env, seed = key.rsplit(" seed ", 1)
             lines.append(f"| {env} | {seed} | {fmt(run['score'])} | {fmt(run['normalised'], 3)} |")
         fresh = ",".join(str(max(d["seeds"]) + i) for i in range(1, 6))
-        base = ["benchmarks/sweep.sh", "-s", Path(d["script"]).name, "-e", ",".join(d["envs"]), "--seeds", fresh,
+        base = ["benchmarks/sweep.sh", "-s", d["script"], "-e", ",".join(d["envs"]), "--seeds", fresh,
                 "-o", "benchmarks/sweeps"]
         lines += ["", "Confirm on fresh seeds against the defaults, then compare:", "", "```bash",
                   shlex.join(base + ["-v", f"tuned-trial-{best.number}", "--", *d["extra"],
@@ -576,6 +634,9 @@ def measured_bounds(env):
         raise TuneError(f"no bounds for {env}: give --bounds {env}=LOW:HIGH (LOW: a random policy's score, "
                         "HIGH: a target)")
     low = float(np.mean(random_policy.random_returns(env, 100)))
+    if not low < published[0]:  # MountainCar: a random policy already scores what CleanRL published
+        raise TuneError(f"no bounds for {env}: a random policy scores {low:g}, not below CleanRL's {published[0]:g}; "
+                        f"give --bounds {env}=LOW:HIGH")
     return low, published[0], "low: a random policy, 100 episodes; high: CleanRL's published figure"
 
 
@@ -604,19 +665,24 @@ def define(args, extra):
         raise TuneError("no search space: give --space NAME=RANGE (or --space-file)")
     module = load_script(script)
     kinds = {f.name: (bool if f.type in (bool, "bool") else int if f.type in (int, "int") else
-                      float if f.type in (float, "float") or "float" in str(f.type) else str) for f in fields(module.Args)}
+                      float if f.type in (float, "float") or "float" in str(f.type) else str)
+             for f in fields(module.Args)}
     space = [parse_setting(spec, kinds) for spec in specs]
     names = [s["name"] for s in space]
     if len(set(names)) != len(names):
         raise TuneError("a setting is given twice in the search space")
     for name in names:
-        if name in ("env_id", "seed", "exp_name") or name not in getattr(module, "HYPERPARAMETERS", names):
+        # The budget is the study's (its rungs are tenths of it), not a setting to draw.
+        if (name in ("env_id", "seed", "exp_name", "total_timesteps")
+                or name not in getattr(module, "HYPERPARAMETERS", names)):
             raise TuneError(f"{name} is not a hyperparameter of {script.name}: it cannot be tuned")
     fixed = script_settings(module, list(extra))
     for corner in extremes(space):
         script_settings(module, list(extra) + to_flags(corner))
-    if args.rungs < 1 or args.trials < 1 or args.startup_trials < 0 or args.warmup_rungs < 0:
-        raise TuneError("--trials and --rungs must be at least 1, --startup-trials and --warmup-rungs at least 0")
+    if (args.rungs < 1 or args.trials < 1 or args.startup_trials < 0 or args.warmup_rungs < 0
+            or (args.jobs is not None and args.jobs < 1)):
+        raise TuneError("--trials, --rungs and --jobs must be at least 1, --startup-trials and --warmup-rungs at "
+                        "least 0")
     if args.pruner not in ("median", "none") and not re.fullmatch(rf"threshold:{NUMBER}", args.pruner):
         raise TuneError(f"--pruner {args.pruner!r}: expected median, none or threshold:LOW")
     bounds, bounds_from = {}, {}
@@ -637,7 +703,8 @@ def define(args, extra):
     # A script inside the repository is named from its root, so that the study moves with a clone.
     named = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else str(script)
     return {"script": named, "envs": envs, "seeds": seeds, "space": space, "space_specs": specs,
-            "extra": list(extra), "total_timesteps": fixed.total_timesteps, "bounds": bounds, "bounds_from": bounds_from,
+            "extra": list(extra), "total_timesteps": fixed.total_timesteps, "bounds": bounds,
+            "bounds_from": bounds_from,
             "objective": args.objective, "pruner": args.pruner, "startup_trials": args.startup_trials,
             "warmup_rungs": args.warmup_rungs, "rungs": args.rungs, "sampler": args.sampler,
             "sampler_seed": args.sampler_seed, "jobs": args.jobs or len(envs) * len(seeds)}
@@ -649,14 +716,19 @@ SAME_STUDY = ["script", "envs", "seeds", "space", "extra", "bounds", "objective"
 
 def open_study(args, extra):
     """The study the command line names: a new one, or the one already there if it was defined alike."""
-    if args.study and not args.script:  # --study DIR alone: the study there
-        return Study(Path(args.study))
-    name = args.study or f"{Path(args.script).stem}-{args.env_ids.replace(',', '-').replace('/', '_')}"
-    folder = Path(name) if args.study and os.sep in args.study else Path(args.outdir) / name
+    if args.study:  # a name under --outdir, or a folder
+        folder = Path(args.study) if os.sep in args.study else Path(args.outdir) / args.study
+    elif args.script and args.env_ids:
+        folder = Path(args.outdir) / f"{Path(args.script).stem}-{args.env_ids.replace(',', '-').replace('/', '_')}"
+    else:
+        raise TuneError("give -s SCRIPT and -e ENV[,ENV...] (a new study, or the one they name), or --study NAME")
+    if not args.script:  # --study alone: the study there
+        return Study(folder)
     old = json.loads((folder / "study.json").read_text()) if (folder / "study.json").is_file() else None
-    if old is not None and not args.bounds:  # bounds were measured the first time: keep them
-        args.bounds = [f"{env}={lo!r}:{hi!r}" for env, (lo, hi) in old["bounds"].items()
-                       if env in args.env_ids.split(",")]
+    if old is not None:  # bounds measured the first time are kept, for the envs not given now
+        given = {spec.split("=", 1)[0] for spec in args.bounds or []}
+        args.bounds = (args.bounds or []) + [f"{env}={lo!r}:{hi!r}" for env, (lo, hi) in old["bounds"].items()
+                                             if env in (args.env_ids or "").split(",") and env not in given]
     definition = define(args, extra)
     if old is not None:
         definition["bounds_from"] = old["bounds_from"]
@@ -669,7 +741,7 @@ def open_study(args, extra):
     tmp = folder / "study.json.tmp"
     tmp.write_text(json.dumps(definition, indent=1) + "\n")
     os.replace(tmp, folder / "study.json")
-    return Study(folder, definition)
+    return Study(folder, definition, fresh=True)
 
 
 def submit_slurm(args, argv):
@@ -731,7 +803,8 @@ def main(argv=None):
     p.add_argument("--pruner", default="median", help="median (default), none, or threshold:LOW")
     p.add_argument("--startup-trials", type=int, default=5,
                    help="trials before the pruner prunes and the sampler stops sampling at random (default: 5)")
-    p.add_argument("--warmup-rungs", type=int, default=2, help="rungs of a trial before it can be pruned (default: 2)")
+    p.add_argument("--warmup-rungs", type=int, default=2,
+                   help="the first rung at which a trial can be pruned (default: 2; Optuna's n_warmup_steps)")
     p.add_argument("--rungs", type=int, default=10, help="progress reports per trial (default: 10)")
     p.add_argument("--sampler", choices=["tpe", "random"], default="tpe")
     p.add_argument("--sampler-seed", type=int, default=0)

@@ -166,6 +166,9 @@ def test_a_hopeless_trial_is_pruned_inside_its_runs_and_its_partial_scores_kept(
     ("seed=int:1:5", "seed is not a hyperparameter of ppo_discrete.py"),
     ("num_minibatches=int:2.5:4", "an integer range needs integer bounds"),
     ("learning_rate=log:0:1", "a log range must be above 0"),
+    ("total_timesteps=int:1000:2000", "total_timesteps is not a hyperparameter of ppo_discrete.py"),
+    ("num_minibatches=2,4.5", "num_minibatches takes integers"),
+    ("norm_adv=0:1", "norm_adv is a bool setting: its values are true,false"),
 ])
 def test_bad_input_is_one_line_before_any_trial(tmp_path, space, message):
     r = tune("-s", SCRIPT, "-e", "CartPole-v1", "--space", space, "--bounds", "CartPole-v1=0:500", "-o", tmp_path / "o",
@@ -183,7 +186,7 @@ def test_a_study_is_not_continued_with_other_settings(tmp_path):
     spec = importlib.util.spec_from_file_location("tune_module", TUNE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    definition = {k: "other" for k in module.SAME_STUDY} | {"bounds_from": {}}
+    definition = {k: "other" for k in module.SAME_STUDY} | {"bounds": {}, "bounds_from": {}}
     (tmp_path / "s" / "study.json").write_text(json.dumps(definition))
     r = tune(*tune_args(tmp_path))
     assert r.returncode == 2 and "is a study of other settings (script, envs, seeds, space" in r.stderr
@@ -196,3 +199,81 @@ def test_slurm_workers_run_the_same_command(tmp_path):
     assert "--array 0-2" in r.stdout and "--signal B:USR1@120" in r.stdout and "--time 01:00:00" in r.stdout
     worker = next(line for line in r.stdout.splitlines() if line.startswith("exec "))
     assert "--slurm" not in worker and "--dry-run" not in worker and " -- --total-timesteps 2048 " in worker
+
+
+def load_tune():
+    spec = importlib.util.spec_from_file_location("tune_module", TUNE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_documented_form_of_the_search_space_parses_as_documented():
+    tune_module = load_tune()
+    kinds = {"learning_rate": float, "num_minibatches": int, "norm_adv": bool}
+    parse = tune_module.parse_setting
+    assert parse("learning_rate=log:1e-4:1e-2", kinds) == {"name": "learning_rate", "kind": "float", "low": 1e-4,
+                                                            "high": 1e-2, "log": True}
+    assert parse("learning_rate = -0.1: 0.1", kinds)["low"] == -0.1  # spaces, as a --space-file may have them
+    assert parse("num_minibatches=int:log:2:32", kinds) == {"name": "num_minibatches", "kind": "int", "low": 2,
+                                                             "high": 32, "log": True}
+    assert parse("num-minibatches=2:8", kinds)["kind"] == "int"  # an int setting's range is an integer range
+    assert parse("num_minibatches=2,4,8", kinds) == {"name": "num_minibatches", "kind": "choice", "values": [2, 4, 8]}
+    assert parse("norm_adv=true,false", kinds)["values"] == [True, False]
+    assert tune_module.to_flags({"learning_rate": 0.001, "num_minibatches": 4, "norm_adv": False}) == [
+        "--learning-rate", "0.001", "--num-minibatches", "4", "--no-norm-adv"]
+
+
+def test_a_resumed_runs_returns_are_read_as_tensorboard_and_compare_read_them(tmp_path):
+    """The resumed process's file starts at the checkpoint's step (purge_step): what the stopped one logged past it
+    was redone, and counts once."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = tmp_path / "runs" / "CartPole-v1__x__1__100"
+    writer = SummaryWriter(str(run_dir))
+    for step in range(100, 1001, 100):
+        writer.add_scalar("charts/episodic_return", step / 100, step)
+    writer.close()
+    time.sleep(0.01)  # the files are taken in the order they were written
+    writer = SummaryWriter(str(run_dir), purge_step=501)  # resumed from a checkpoint at step 500
+    for step in range(550, 901, 50):
+        writer.add_scalar("charts/episodic_return", -step / 100, step)
+    writer.close()
+    steps, returns, last = load_tune().read_returns(run_dir)
+    (run,) = compare.find_runs([tmp_path])
+    assert steps.tolist() == run.steps.tolist() == [100, 200, 300, 400, 500, *range(550, 901, 50)]
+    assert returns.tolist() == run.returns.tolist() and last == 900
+
+
+def test_a_worker_that_joins_a_study_draws_other_settings_than_its_first(tmp_path):
+    """A restarted or second worker must not repeat the first worker's draws (one sampler seed for all would)."""
+    tune_module = load_tune()
+    definition = {"script": "ppo_discrete.py", "envs": ["CartPole-v1"], "seeds": [1], "pruner": "none",
+                  "startup_trials": 5, "warmup_rungs": 0, "sampler": "tpe", "sampler_seed": 0}
+    space = {"name": "learning_rate", "kind": "float", "low": 1e-4, "high": 1e-2, "log": True}
+
+    def first_draw(study):
+        return tune_module.suggest(study.optuna.ask(), space)
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fresh = first_draw(tune_module.Study(tmp_path / "a", definition, fresh=True))
+    assert first_draw(tune_module.Study(tmp_path / "b", definition, fresh=True)) == fresh  # reproducible
+    assert first_draw(tune_module.Study(tmp_path / "a", definition)) != fresh  # joining: a seed of its own
+
+
+def test_a_trial_whose_run_fails_fails_and_a_worker_gives_up_after_three(tmp_path):
+    r = tune("-s", SCRIPT, "-e", "NoSuchEnv-v0", "--seeds", "1", "--space", "learning_rate=log:1e-4:1e-2",
+             "--bounds", "NoSuchEnv-v0=0:1", "-o", tmp_path, "--study", "s", "--poll-seconds", "0.5", "--",
+             "--total-timesteps", 2048, *TINY)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.count("FAILED (NoSuchEnv-v0 seed 1 failed;") == 3
+    assert "3 trials in a row failed; stopping" in r.stdout
+    assert [t.state.name for t in trials(tmp_path / "s")] == ["FAIL"] * 3
+
+
+def test_bounds_a_random_policy_already_reaches_are_refused(tmp_path):
+    r = tune("-s", SCRIPT, "-e", "MountainCar-v0", *SPACE, "-o", tmp_path / "o", "--", "--total-timesteps", 2048)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "no bounds for MountainCar-v0: a random policy scores -200" in r.stderr and "--bounds" in r.stderr
+
