@@ -10,8 +10,9 @@ it, is `{env_id}__{exp_name}__{seed}__{unix_time}` under a `runs/` directory (th
 id like `ALE/Breakout-v5` as `_`; a name that keeps it, as CleanRL's do, adds a directory level and is read
 too). The exp_name is the *variant*. The *script* comes from the layout of benchmarks/sweep.sh
 (benchmarks/layout.py: `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`); outside it from what the run
-itself says: the `hyperparameters` text each script logs names its file and lists its settings (older runs: only
-ppo_atari.py has `env_path`, only ppo_continuous.py `norm_obs`, of the rest only ppo_discrete.py `eval_greedy`);
+itself says: the `hyperparameters` text each script logs names its file and lists its settings (for older runs,
+and a copy's section: only ppo_atari.py has `env_path`, then only ppo_continuous.py `norm_obs`, then
+ppo_discrete.py `bootstrap_truncation`, or before it `eval_greedy`; see SCRIPT_MARKERS);
 failing that, an exp_name that is one of the script names (their default); failing that, `--script`. Sweep runs
 without the sweep's `done` marker (still running, interrupted, failed) are left out unless --include-unfinished;
 --env and --variant leave the others unread.
@@ -111,9 +112,12 @@ SOURCES = ["CleanRL", "ppo2"]
 # A bootstrap interval needs at least this many seeds to say anything: from two, resampling can only return
 # those two values, so the interval would just restate them.
 MIN_SEEDS_FOR_CI = 3
-# The scripts, each with an argument only it logs in its `hyperparameters` text (checked in this order:
-# ppo_atari.py also has eval_greedy). A run outside a sweep layout is filed under the script it names.
-SCRIPT_MARKERS = [("ppo_atari", "env_path"), ("ppo_continuous", "norm_obs"), ("ppo_discrete", "eval_greedy")]
+# The scripts, each with an argument that, checked in this order, only it logs in its `hyperparameters` text (all
+# three have bootstrap_truncation; CleanRL's scripts have none of these). A run outside a sweep layout is filed
+# under the script it names (today's runs log their file name); these are for runs that do not.
+SCRIPT_MARKERS = [("ppo_atari", "env_path"), ("ppo_continuous", "norm_obs"), ("ppo_discrete", "bootstrap_truncation")]
+# Runs from before a marker existed: ppo_discrete.py's runs logged eval_greedy (now eval_deterministic).
+OLD_SCRIPT_MARKERS = [("ppo_discrete", "eval_greedy")]
 HPARAMS_TAG = "hyperparameters/text_summary"  # where SummaryWriter.add_text("hyperparameters", ...) goes
 # Settings that say how a run was operated, not what it computed: runs that differ only in these (and the seed)
 # are seeds of one configuration. Any other logged setting, a copy's new one included, is part of the
@@ -272,11 +276,14 @@ def script_from_run(hparams, variant):
     default, the script's name."""
     if hparams.get("script", "").endswith(".py"):
         return hparams["script"][:-3]
-    for script, marker in SCRIPT_MARKERS:
+    return family_from_settings(hparams) or (variant if variant in {s for s, _ in SCRIPT_MARKERS} else None)
+
+
+def family_from_settings(hparams):
+    """The script whose settings a run logged (a copy logs its original's, and maybe more), or None."""
+    for script, marker in SCRIPT_MARKERS + OLD_SCRIPT_MARKERS:
         if marker in hparams:
             return script
-    if variant in {script for script, _ in SCRIPT_MARKERS}:
-        return variant
     return None
 
 
@@ -440,7 +447,7 @@ def section_of(run):
     for known, _ in SCRIPT_MARKERS:
         if run.script == known or run.script.startswith(known + "_"):
             return known
-    return script_from_run(run.hparams, None) or run.script
+    return family_from_settings(run.hparams) or run.script
 
 
 def group_runs(runs):
