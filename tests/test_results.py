@@ -174,12 +174,13 @@ def test_top_level_readme_quotes_the_folders_tables(tmp_dir):
     rows = top_level_rows()
     assert len(rows) >= 2 and all(quoted for _, _, quoted in rows)
     for script, env, quoted in rows:
-        # The folder whose comparison holds the default run of this script and env.
+        # The folders whose comparison holds a default run of this script and env (a benchmark's, and a tuning
+        # study's confirmation of its defaults on other seeds): the quoted figure is one of theirs.
         homes = [f for f in FOLDERS if default_row((RESULTS / f / "comparison.md").read_text(), script, env)]
-        assert len(homes) == 1, f"README.md's {script} / {env} row: found in {homes or 'no'} results folder"
-        row = default_row(table_text(homes[0], tmp_dir), script, env)
-        assert row is not None and quoted[0] in row, (
-            f"README.md quotes {quoted[0]} for {script} / {env}; {homes[0]}/ has: {row}")
+        assert homes, f"README.md's {script} / {env} row: found in no results folder"
+        rows_there = {f: default_row(table_text(f, tmp_dir), script, env) for f in homes}
+        assert any(quoted[0] in row for row in rows_there.values()), (
+            f"README.md quotes {quoted[0]} for {script} / {env}; the folders have: {rows_there}")
 
 
 # How a README's table heads the figure column of each re-run variant; the per-seed list is the column after it.
