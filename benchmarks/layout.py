@@ -67,8 +67,10 @@ def checkpoint(directory):
     if not found:
         return None
     path = found[-1]
-    try:
-        return path, int(json.loads((path.parent / CHECKPOINT_STATUS).read_text())["global_step"])
+    status = path.parent / CHECKPOINT_STATUS
+    try:  # written just after the checkpoint: one older than it is from the checkpoint before (a kill between)
+        if status.stat().st_mtime >= path.stat().st_mtime:
+            return path, int(json.loads(status.read_text())["global_step"])
     except (OSError, ValueError, KeyError):
         pass
     try:

@@ -69,6 +69,8 @@ def test_layout_reads_a_checkpoints_step_from_its_status_file_or_the_checkpoint(
     assert layout.checkpoint(tmp_path) == (new, 256)  # the newest, asked itself: no checkpoint.json yet
     (new.parent / "checkpoint.json").write_text('{"global_step": 384}')
     assert layout.checkpoint(tmp_path) == (new, 384)  # the status file is read first
+    os.utime(new.parent / "checkpoint.json", (2, 2))  # older than its checkpoint: a kill came between the two
+    assert layout.checkpoint(tmp_path) == (new, 256)
     new.write_bytes(b"damaged")
     (new.parent / "checkpoint.json").unlink()
     assert layout.checkpoint(tmp_path) == (new, None)
