@@ -57,12 +57,10 @@ def restore_signal_handlers_after_each_test():
 def main_in_process(module, args, cwd, monkeypatch, capsys):
     """module.main() in this process, in cwd: returns (exit code, stderr, stdout). Any exception but
     SystemExit propagates (it is what would have printed a traceback). The global settings main() changes
-    (torch threads, distributions' argument checks) are put back."""
+    (torch threads) are put back."""
     import torch
 
     monkeypatch.chdir(cwd)
-    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
-                        torch.distributions.Distribution._validate_args)
     monkeypatch.setattr(sys, "argv", [Path(module.__file__).name, *map(str, args)])
     threads = torch.get_num_threads()
     capsys.readouterr()

@@ -206,8 +206,6 @@ def test_env_gets_clipped_action_buffer_keeps_unclipped_sample(pc, tmp_path, mon
         id=_ENV_ID, entry_point=_BoundedActionEnv, max_episode_steps=20))
     monkeypatch.setattr(_BoundedActionEnv, "instances", [])
     # main() changes process-wide torch settings: put them back afterwards.
-    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args",
-                        torch.distributions.Distribution._validate_args)
     threads = torch.get_num_threads()
 
     sampled, rescored = [], []

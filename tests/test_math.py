@@ -286,3 +286,71 @@ def test_ppo_loss_adds_the_kl_penalty(m):
     assert metrics["kl_penalty"].item() == pytest.approx(0.3)
     loss.backward()
     torch.testing.assert_close(kl.grad, torch.full((4,), 3.0 / 4))
+
+
+# ----------------------------------------------------------------------------------------------
+# The policies' distributions, written out: torch.distributions' arithmetic to the last bit
+# ----------------------------------------------------------------------------------------------
+
+
+def test_categorical_copies_are_identical():
+    trees = {script: function_trees(script).get("categorical") for script in ("ppo_discrete", "ppo_atari")}
+    assert trees["ppo_discrete"] and trees["ppo_discrete"] == trees["ppo_atari"]
+
+
+@pytest.mark.parametrize("script", ["ppo_discrete", "ppo_atari"])
+def test_categorical_is_torch_categorical_bit_for_bit_gradients_included(script):
+    """Log-probs, entropies, sampled actions and the gradients through both equal torch's Categorical exactly,
+    a near-impossible action (a probability that underflows to 0) included; a different order of the same
+    operations would differ in the last bits of the gradient and change every run's curve."""
+    m = load_script(script)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 6, generator=gen) * 3
+    x[0, 0] = -200.0  # exp(-200) underflows in float32: its log-prob is finite, its probability 0
+    actions = torch.randint(0, 6, (64,), generator=gen)
+    weights = torch.randn(64, generator=gen)
+
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    _, logprob, entropy = m.categorical(ours, actions)
+    dist = torch.distributions.Categorical(logits=theirs)
+    their_logprob, their_entropy = dist.log_prob(actions), dist.entropy()  # the training loop's order
+    assert torch.equal(logprob, their_logprob) and torch.equal(entropy, their_entropy)
+    ((logprob * weights).sum() + 0.01 * entropy.sum()).backward()
+    ((their_logprob * weights).sum() + 0.01 * their_entropy.sum()).backward()
+    assert torch.equal(ours.grad, theirs.grad)
+
+    torch.manual_seed(7)
+    sampled, logprob, _ = m.categorical(x)
+    torch.manual_seed(7)
+    assert torch.equal(sampled, torch.distributions.Categorical(logits=x).sample())
+    assert torch.equal(logprob, torch.distributions.Categorical(logits=x).log_prob(sampled))
+
+
+def test_diagonal_gaussian_is_torch_normal_bit_for_bit_gradients_included():
+    """[cont-1] [cont-3] The same against torch's Normal, summed over dimensions, the gradients to the mean and
+    to the log-std included, and the same sample from the same seed."""
+    pc = load_script("ppo_continuous")
+    gen = torch.Generator().manual_seed(1)
+    mean_data, logstd_data = torch.randn(32, 3, generator=gen), torch.randn(1, 3, generator=gen) * 0.5
+    actions, weights = torch.randn(32, 3, generator=gen) * 2, torch.randn(32, generator=gen)
+
+    def through(distribution):
+        mean, logstd = mean_data.clone().requires_grad_(), logstd_data.clone().requires_grad_()
+        logprob, entropy = distribution(mean, logstd.expand_as(mean).exp())
+        ((logprob * weights).sum() + 0.01 * entropy.sum()).backward()
+        return logprob, entropy, mean.grad, logstd.grad
+
+    def torch_normal(mean, std):
+        dist = torch.distributions.Normal(mean, std)
+        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+
+    ours = through(lambda mean, std: pc.diagonal_gaussian(mean, std, actions)[1:])
+    theirs = through(torch_normal)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+    std = logstd_data.expand_as(mean_data).exp()
+    torch.manual_seed(3)
+    sampled = pc.diagonal_gaussian(mean_data, std)[0]
+    torch.manual_seed(3)
+    assert torch.equal(sampled, torch.distributions.Normal(mean_data, std).sample())
+    assert not sampled.requires_grad
