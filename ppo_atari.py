@@ -39,6 +39,12 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
+# Torch's CPU threads wait for each other at the end of every parallel operation, and by default they spin
+# while they wait: when another process shares the cores, a spinning thread holds a core that its partner
+# needs, and a two-thread run fell to about half of a one-thread run's speed (benchmarks/results/throughput).
+# Waiting threads sleep instead. OpenMP reads this once, when torch loads it: before `import torch`.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import ale_py
 import cv2
 import gymnasium as gym

@@ -205,6 +205,24 @@ def test_network_sees_pixels_scaled_to_0_1_and_rollouts_store_uint8():  # [atari
     assert agent.actor.in_features == agent.critic.in_features == 512
 
 
+def openmp_spin_count(environment):
+    """How long torch's OpenMP threads spin before they sleep, in a fresh process that imports the script, as
+    libgomp reports it when it starts (with OMP_WAIT_POLICY unset it spins 300,000 rounds; PASSIVE: none)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env |= environment | {"OMP_DISPLAY_ENV": "VERBOSE"}
+    out = subprocess.run([sys.executable, "-c", "import ppo_atari, torch; torch.ones(10**6).sum()"], cwd=REPO_ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return int(re.search(r"GOMP_SPINCOUNT = '(\d+)'", out.stderr).group(1))
+
+
+def test_torch_threads_sleep_while_they_wait_unless_the_user_says_otherwise():
+    """Spinning threads collapse a two-thread run when another process shares the cores: the script asks
+    OpenMP for sleeping waits before torch loads it, and leaves a user's own choice alone."""
+    assert openmp_spin_count({}) == 0
+    assert openmp_spin_count({"OMP_WAIT_POLICY": "ACTIVE"}) > 10**6
+
+
 def test_rollout_bytes_stored_channels_last_give_the_same_network_outputs():
     """The rollout stores frames innermost, the layout the convolutions run in; the values seen are the same."""
     torch.manual_seed(0)
