@@ -116,6 +116,10 @@ class Args:
     bootstrap_truncation: bool = True
     ("bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them as "
      "terminations, exactly like openai/baselines ppo2 and CleanRL")
+    bf16: bool = False
+    ("run the network's forward passes in bfloat16 under torch.autocast, in the rollout and in the update (the "
+     "weights, gradients, losses and Adam stay float32): faster where the hardware has bfloat16 arithmetic (CPUs "
+     "with AVX-512 BF16 or AMX, recent GPUs); whether it learns alike: benchmarks/results/atari_bf16")
 
     # --- experiment ---
     exp_name: str = SCRIPT
@@ -173,7 +177,7 @@ _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
 # Settings added since checkpoints were first written, at the values that behave as the script did before them:
 # an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True}
+ADDED_SETTINGS = {"clip_policy": True, "bf16": False}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # Flags that were renamed, so that the old name says what it is now.
@@ -451,13 +455,15 @@ class Agent(nn.Module):
         pixels = obs.to(torch.float32, copy=True).div_(255.0)
         return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
+    # The heads' outputs as float32 (a no-op unless --bf16): log-probs, their ratios and the losses need its
+    # precision.
     def get_value(self, obs):
-        return self.critic(self.features(obs)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1).float()
 
     def get_action_and_value(self, obs, action=None):
         hidden = self.features(obs)
-        action, logprob, entropy = categorical(self.actor(hidden), action)
-        return action, logprob, entropy, self.critic(hidden).squeeze(-1)
+        action, logprob, entropy = categorical(self.actor(hidden).float(), action)
+        return action, logprob, entropy, self.critic(hidden).squeeze(-1).float()
 
     def act(self, obs, greedy):
         logits = self.actor(self.features(obs))
@@ -502,6 +508,8 @@ def train(args, ckpt, device):
     if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
         torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
+    # --bf16: the network's forward passes under bfloat16 autocast; a context that does nothing otherwise.
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
 
     # Rollout storage, allocated once; [atari-9] observations stay uint8 (8x128x4x84x84 bytes = 29 MB),
     # laid out channels-last (frames innermost) as the network wants them; indexed as (step, env, frame, y, x).
@@ -535,7 +543,7 @@ def train(args, ckpt, device):
                 break  # a partial rollout is dropped: the checkpoint keeps the last whole iteration
             global_step += args.num_envs
             obs[step] = next_obs
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast:
                 action, logprob, _, value = agent.get_action_and_value(next_obs)
             actions[step], logprobs[step], values[step] = action, logprob, value
 
@@ -544,7 +552,7 @@ def train(args, ckpt, device):
             if args.bootstrap_truncation and truncated.any():
                 final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), device=device)
                 final_values = np.zeros(num_envs)
-                with torch.inference_mode():
+                with torch.inference_mode(), autocast:
                     final_values[truncated] = agent.get_value(final_obs).cpu().numpy()
                 reward = bootstrap_truncated(reward, truncated, final_values, args.gamma)
             rewards[step] = reward
@@ -561,7 +569,7 @@ def train(args, ckpt, device):
             writer.add_scalar("charts/episodic_length", length, step_logged)
 
         # --- advantages ---
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast:
             last_value = agent.get_value(next_obs)
         advantages, returns = compute_gae(torch.from_numpy(rewards), values, torch.from_numpy(dones), last_value,
                                           args.gamma, args.gae_lambda)
@@ -578,7 +586,8 @@ def train(args, ckpt, device):
             order = torch.randperm(local_batch_size, device=device)
             for start in range(0, local_batch_size, local_minibatch_size):
                 mb = order[start:start + local_minibatch_size]
-                _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                with autocast:
+                    _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
                 loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
                                          b_advantages[mb], b_returns[mb], clip_coef, args)
                 clipfracs.append(metrics["clipfrac"])
@@ -729,6 +738,18 @@ def check_gpus_per_process(device):
     if device.type == "cuda" and local_processes > torch.cuda.device_count():
         fail(f"{local_processes} processes on this machine but {torch.cuda.device_count()} GPUs: use "
              f"--nproc-per-node {torch.cuda.device_count()}, or --no-cuda")
+
+
+def check_bf16(args, device):
+    """--bf16 pays only where the hardware has bfloat16 arithmetic: a GPU without it is refused, and a CPU
+    without it gets a note (autocast still runs there, emulated, slower than float32)."""
+    if not args.bf16:
+        return
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        fail(f"--bf16: {torch.cuda.get_device_name(device)} has no bfloat16 arithmetic: drop --bf16")
+    if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported() and RANK == 0:
+        print("note: --bf16 on a CPU without bfloat16 arithmetic (AVX-512 BF16, AMX) runs emulated, slower than "
+              "float32", flush=True)
 
 
 def check_tracking(args):
@@ -1279,6 +1300,22 @@ def check_in_sync(model, global_step):
         sys.exit(1)
 
 
+def exit_without_teardown(main):
+    """[aux-2] Under torchrun: run main() and exit with its status, skipping the interpreter's exit-time
+    teardown. close_run has written and closed everything by then, but a communication thread still being
+    torn down at exit now and then aborted a finished worker (SIGABRT: torchrun then reports a failed run)."""
+    try:
+        main()
+        status = 0
+    except SystemExit as stop:  # sys.exit(status) or sys.exit(message), as Python itself would exit
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 class NoLogs:
     """What ranks other than 0 log to: nothing (one run, one set of logs)."""
 
@@ -1442,8 +1479,9 @@ def main():
     if ckpt is not None:
         merge_resumed_args(args, ckpt)
     check_split_across_processes(args)
+    check_bf16(args, device)
     train(args, ckpt, device)
 
 
 if __name__ == "__main__":
-    main()
+    main() if WORLD_SIZE == 1 else exit_without_teardown(main)

@@ -223,6 +223,36 @@ def test_torch_threads_sleep_while_they_wait_unless_the_user_says_otherwise():
     assert openmp_spin_count({"OMP_WAIT_POLICY": "ACTIVE"}) > 10**6
 
 
+@pytest.mark.parametrize("flag, network_dtype", [([], torch.float32), (["--bf16"], torch.bfloat16)])
+def test_bf16_runs_every_forward_pass_in_bfloat16_and_hands_the_loss_float32(flag, network_dtype, tmp_path,
+                                                                            monkeypatch, capsys):
+    """--bf16: the CNN's forward passes, in the rollout (inference) and in the update (with gradients), run under
+    bfloat16 autocast; the log-probs, entropies and values that reach the loss are float32 either way; the
+    checkpoint keeps the setting, so a resumed run goes on as it started."""
+    features, outputs = [], []
+    original_features, original_heads = pa.Agent.features, pa.Agent.get_action_and_value
+
+    def spy_features(self, obs):
+        hidden = original_features(self, obs)
+        features.append((torch.is_inference_mode_enabled(), hidden.dtype))
+        return hidden
+
+    def spy_heads(self, obs, action=None):
+        out = original_heads(self, obs, action)
+        outputs.extend(x.dtype for x in out[1:])
+        return out
+
+    monkeypatch.setattr(pa.Agent, "features", spy_features)
+    monkeypatch.setattr(pa.Agent, "get_action_and_value", spy_heads)
+    code, err, _ = main_in_process(pa, [*TINY, *flag, "--save-model", "--no-progress"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert {mode for mode, _ in features} == {True, False}  # rollout and update both seen
+    assert {dtype for _, dtype in features} == {network_dtype}
+    assert set(outputs) == {torch.float32}
+    ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ckpt["args"]["bf16"] == bool(flag)
+
+
 def test_rollout_bytes_stored_channels_last_give_the_same_network_outputs():
     """The rollout stores frames innermost, the layout the convolutions run in; the values seen are the same."""
     torch.manual_seed(0)

@@ -222,3 +222,30 @@ def test_workers_stop_with_a_checkpoint_when_torchrun_is_killed(tmp_path):
     step = int(re.search(r"at step (\d+)", stop_lines[0])[1])
     ckpt = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == step and step % BATCH == 0
+
+
+# A worker's end as exit_without_teardown runs it: its output flushed, its exit status main()'s, and nothing
+# of the interpreter's exit-time teardown run (an atexit handler stands for it here).
+EXIT_CHECK = r'''
+import atexit, importlib.util, sys
+spec = importlib.util.spec_from_file_location("ppo_atari", sys.argv[1])
+pa = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pa)
+atexit.register(lambda: print("teardown ran"))
+how = sys.argv[2]
+
+def main():
+    print("the run's last line", end="")  # still in the buffer: stdout is a pipe
+    if how != "return":
+        sys.exit(int(how) if how.isdigit() else how)
+
+pa.exit_without_teardown(main)
+'''
+
+
+@pytest.mark.parametrize("how, status", [("return", 0), ("3", 3), ("error: stopped", 1)])
+def test_a_worker_exits_with_mains_status_its_output_flushed_and_no_teardown(tmp_path, how, status):
+    result = python("-c", EXIT_CHECK, SCRIPT, how, cwd=tmp_path)
+    assert result.returncode == status, result.stderr
+    assert result.stdout == "the run's last line"
+    assert result.stderr.strip() == (how if status == 1 else "")

@@ -12,6 +12,7 @@ import math
 import json
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -675,6 +676,25 @@ def test_a_checkpoint_from_before_the_added_settings_still_loads(script, checkpo
     torch.save(ckpt, tmp_path / "older.pt")
     loaded = module.load_checkpoint(str(tmp_path / "older.pt"), module.Args())
     assert {name: loaded["args"][name] for name in module.ADDED_SETTINGS} == module.ADDED_SETTINGS
+
+
+# Settings each script gained after its checkpoints were first written (long runs were under way): written down
+# here, so that dropping one from ADDED_SETTINGS, which would refuse to resume those runs, fails a test.
+ADDED_AFTER_THE_FIRST_CHECKPOINTS = {"ppo_discrete": {"clip_policy"},
+                                     "ppo_continuous": {"clip_policy", "kl_penalty", "kl_penalty_target"},
+                                     "ppo_atari": {"clip_policy", "bf16"}}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_checkpoint_from_before_each_added_setting_resumes(script, checkpoints, tmp_path, monkeypatch):
+    module = load_script(script)
+    ckpt = torch.load(checkpoints[script], map_location="cpu", weights_only=True)
+    for name in ADDED_AFTER_THE_FIRST_CHECKPOINTS[script]:
+        del ckpt["args"][name]
+    torch.save(ckpt, tmp_path / "older.pt")
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", "--resume", str(tmp_path / "older.pt")])
+    loaded = module.load_checkpoint(str(tmp_path / "older.pt"), module.Args(resume=str(tmp_path / "older.pt")))
+    assert set(module.HYPERPARAMETERS) <= set(loaded["args"])
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
