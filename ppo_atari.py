@@ -18,6 +18,7 @@ with a checkpoint of the last whole iteration, and it prints the command that re
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
     python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env (see make_ale_vector_env)
     python ppo_atari.py --checkpoint-minutes 30      # on a cluster: a kill costs at most 30 minutes
+    python ppo_atari.py --bf16                       # bfloat16 forward passes: faster where the hardware has it
     python ppo_atari.py --help
 """
 
