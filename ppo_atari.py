@@ -1302,19 +1302,15 @@ def check_in_sync(model, global_step):
 
 
 def exit_without_teardown(main):
-    """[aux-2] Under torchrun: run main() and exit with its status, skipping the interpreter's exit-time
-    teardown. close_run has written and closed everything by then, but a communication thread still being
-    torn down at exit now and then aborted a finished worker (SIGABRT: torchrun then reports a failed run)."""
-    try:
-        main()
-        status = 0
-    except SystemExit as stop:  # sys.exit(status) or sys.exit(message), as Python itself would exit
-        if isinstance(stop.code, str):
-            print(stop.code, file=sys.stderr)
-        status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    """[aux-2] Under torchrun: a worker whose main() finished exits 0 at once, skipping the interpreter's
+    exit-time teardown. close_run has written and closed everything by then, but a communication thread still
+    being torn down at exit now and then aborted a finished worker (SIGABRT: torchrun then reports a failed
+    run). An error or a stop exits as usual (a worker that left at once would have torchrun kill rank 0 before
+    it printed the error line)."""
+    main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    os._exit(0)
 
 
 class NoLogs:

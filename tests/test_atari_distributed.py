@@ -224,14 +224,14 @@ def test_workers_stop_with_a_checkpoint_when_torchrun_is_killed(tmp_path):
     assert ckpt["global_step"] == step and step % BATCH == 0
 
 
-# A worker's end as exit_without_teardown runs it: its output flushed, its exit status main()'s, and nothing
-# of the interpreter's exit-time teardown run (an atexit handler stands for it here).
+# A worker's end as exit_without_teardown runs it: a finished main() exits 0 with its output flushed and nothing
+# of the interpreter's exit-time teardown run (an atexit handler stands for it here); sys.exit exits as usual.
 EXIT_CHECK = r'''
 import atexit, importlib.util, sys
 spec = importlib.util.spec_from_file_location("ppo_atari", sys.argv[1])
 pa = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(pa)
-atexit.register(lambda: print("teardown ran"))
+atexit.register(lambda: print(" and the teardown", end=""))
 how = sys.argv[2]
 
 def main():
@@ -243,9 +243,14 @@ pa.exit_without_teardown(main)
 '''
 
 
-@pytest.mark.parametrize("how, status", [("return", 0), ("3", 3), ("error: stopped", 1)])
-def test_a_worker_exits_with_mains_status_its_output_flushed_and_no_teardown(tmp_path, how, status):
+@pytest.mark.parametrize("how, status, stdout, stderr", [
+    ("return", 0, "the run's last line", ""),
+    ("3", 3, "the run's last line and the teardown", ""),
+    ("error: stopped", 1, "the run's last line and the teardown", "error: stopped"),
+])
+def test_a_finished_worker_exits_0_at_once_its_output_flushed_and_an_error_as_usual(tmp_path, how, status, stdout,
+                                                                                    stderr):
     result = python("-c", EXIT_CHECK, SCRIPT, how, cwd=tmp_path)
     assert result.returncode == status, result.stderr
-    assert result.stdout == "the run's last line"
-    assert result.stderr.strip() == (how if status == 1 else "")
+    assert result.stdout == stdout
+    assert result.stderr.strip() == stderr
