@@ -9,10 +9,11 @@
 #                                              first if WHEELS=DIR is set, then writes into OUTDIR
 #
 # On the GPU machine it runs tests/test_cuda.py (the tests that need a GPU), then BreakoutNoFrameskip-v4 with
-# --cuda for STEPS steps (default 102400) on each env path, and under torchrun when there are several GPUs. It
-# leaves at most 8 flat files in OUTDIR: env.txt, tests.txt, one log per run, summary.txt (each run's closing
-# line, with its steps/s) and runs.tgz (the runs' TensorBoard events, checkpoints left out). Each step has a
-# time limit, so a hang cannot eat the machine's time; the exit status is non-zero if any step failed.
+# --cuda for STEPS steps (default 102400) on each env path, with --bf16 on the wrappers, and under torchrun when
+# there are several GPUs. It leaves at most 8 flat files in OUTDIR: env.txt, tests.txt, one log per run,
+# summary.txt (each run's closing line, with its steps/s) and runs.tgz (the runs' TensorBoard events, checkpoints
+# left out). Each step has a time limit, so a hang cannot eat the machine's time; the exit status is non-zero if
+# any step failed.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -74,6 +75,7 @@ run() {  # NAME CMD...: one timed Breakout run in its own folder; its closing li
 common=(--env-id BreakoutNoFrameskip-v4 --cuda --seed 1 --total-timesteps "$steps" --progress-interval 15)
 run wrappers python3 "$repo/ppo_atari.py" "${common[@]}" --env-path wrappers --exp-name gpu-wrappers
 run ale-vector python3 "$repo/ppo_atari.py" "${common[@]}" --env-path ale-vector --exp-name gpu-ale-vector
+run bf16 python3 "$repo/ppo_atari.py" "${common[@]}" --env-path wrappers --bf16 --exp-name gpu-bf16
 if [[ "$gpus" -gt 1 ]]; then
     run torchrun python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" "$repo/ppo_atari.py" \
         "${common[@]}" --exp-name "gpu-torchrun-$gpus"
