@@ -40,10 +40,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
-# Torch's CPU threads wait for each other at the end of every parallel operation, and by default they spin
-# while they wait: when another process shares the cores, a spinning thread holds a core that its partner
-# needs, and a two-thread run fell to about half of a one-thread run's speed (benchmarks/results/throughput).
-# Waiting threads sleep instead. OpenMP reads this once, when torch loads it: before `import torch`.
+# Torch's CPU threads sleep, not spin, while they wait for each other: beside another busy process spinning
+# halved a two-thread run (benchmarks/results/throughput). OpenMP reads it when torch loads: before the import.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import ale_py
@@ -199,11 +197,8 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
     `dones[t]` says the episode ended with step t, so V(s_{t+1}) must not be bootstrapped there
     (a time-limit truncation has already had gamma * V(final obs) added to its reward).
     `last_value` is V of the observation after the rollout: episodes carry over to the next rollout.
-    Returns (advantages, value targets = advantages + values).
-
-    The loop runs on numpy views of the tensors: each of its steps is a few operations on num_envs numbers,
-    several times cheaper as numpy calls than as torch calls, with the same float32 arithmetic.
-    """
+    Returns (advantages, value targets = advantages + values). The loop runs in numpy: the same float32
+    arithmetic, several times cheaper per step than torch calls on num_envs numbers."""
     device = values.device
     rewards, values, dones, next_value = (x.cpu().numpy() for x in (rewards, values, dones, last_value))
     advantages = np.zeros_like(rewards)
@@ -283,16 +278,14 @@ def explained_variance(predicted, target):
 
 
 def categorical(logits, action=None):
-    """A categorical policy from its logits: (the action, sampled unless given; its log-probability; the
-    entropy). The arithmetic of torch.distributions.Categorical, written out so that a rollout step does not
-    build that object and its lazy properties."""
+    """(action, sampled unless given; its log-prob; entropy) of a categorical policy: torch's Categorical's
+    arithmetic, written out so that a rollout step does not build that object."""
     log_probs = logits - logits.logsumexp(-1, keepdim=True)
     if action is None:
         action = torch.multinomial(log_probs.softmax(-1), 1, True).squeeze(-1)
     logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    # The probabilities after the gather, as Categorical orders them: backward then sums the gradients
-    # in the same order, to the last bit. An underflowed probability's log-prob of -inf is clamped, so that
-    # it adds 0 * finite to the entropy.
+    # probs after the gather, as Categorical orders them, so backward sums gradients in the same order; a
+    # log-prob of -inf (an underflowed probability) is clamped so that it adds 0 * finite to the entropy.
     probs = log_probs.softmax(-1)
     entropy = -(log_probs.clamp(min=torch.finfo(log_probs.dtype).min) * probs).sum(-1)
     return action, logprob, entropy
@@ -519,7 +512,7 @@ def train(args, ckpt, device):
     obs = obs.permute(0, 1, 4, 2, 3)
     actions = torch.zeros((args.num_steps, num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, num_envs), device=device)
-    # Rewards and dones arrive from the envs as numpy arrays and go to GAE's numpy loop: they stay in numpy.
+    # Rewards and dones, numpy from the envs to GAE's loop.
     rewards = np.zeros((args.num_steps, num_envs), dtype=np.float32)
     dones = np.zeros((args.num_steps, num_envs), dtype=np.float32)
     values = torch.zeros((args.num_steps, num_envs), device=device)

@@ -169,11 +169,8 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
     `dones[t]` says the episode ended with step t, so V(s_{t+1}) must not be bootstrapped there
     (a time-limit truncation has already had gamma * V(final obs) added to its reward).
     `last_value` is V of the observation after the rollout: episodes carry over to the next rollout.
-    Returns (advantages, value targets = advantages + values).
-
-    The loop runs on numpy views of the tensors: each of its steps is a few operations on num_envs numbers,
-    several times cheaper as numpy calls than as torch calls, with the same float32 arithmetic.
-    """
+    Returns (advantages, value targets = advantages + values). The loop runs in numpy: the same float32
+    arithmetic, several times cheaper per step than torch calls on num_envs numbers."""
     device = values.device
     rewards, values, dones, next_value = (x.cpu().numpy() for x in (rewards, values, dones, last_value))
     advantages = np.zeros_like(rewards)
@@ -434,7 +431,7 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     obs = torch.zeros((args.num_steps, args.num_envs, obs_size), device=device)
     actions = torch.zeros((args.num_steps, args.num_envs, action_size), device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    # Rewards and dones arrive from the envs as numpy arrays and go to GAE's numpy loop: they stay in numpy.
+    # Rewards and dones, numpy from the envs to GAE's loop.
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
