@@ -112,6 +112,13 @@ class Args:
     """global gradient-norm clip"""
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    kl_penalty: Optional[float] = None
+    ("beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no penalty; 1 "
+     "to start from with --kl-penalty-target; one more pass through the network per minibatch). Not --target-kl, "
+     "which stops the epochs early")
+    kl_penalty_target: Optional[float] = None
+    ("adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved below d_targ "
+     "/ 1.5, doubled above 1.5 * d_targ")
     bootstrap_truncation: bool = True
     ("bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them as "
      "terminations, exactly like openai/baselines ppo2 and CleanRL")
@@ -176,7 +183,7 @@ _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
 # Settings added since checkpoints were first written, at the values that behave as the script did before them:
 # an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True, "bf16": False}
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None, "bf16": False}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # Flags that were renamed, so that the old name says what it is now.
@@ -269,6 +276,23 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
         if kl is not None:
             metrics["kl_penalty"] = kl.mean().detach()
     return loss, metrics
+
+
+def categorical_kl(old_logits, new_logits):
+    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
+    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
+    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
+    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
 
 
 def explained_variance(predicted, target):
@@ -454,6 +478,9 @@ class Agent(nn.Module):
     def get_value(self, obs):
         return self.critic(self.features(obs)).squeeze(-1).float()
 
+    def logits(self, obs):
+        return self.actor(self.features(obs)).float()
+
     def get_action_and_value(self, obs, action=None):
         hidden = self.features(obs)
         action, logprob, entropy = categorical(self.actor(hidden).float(), action)
@@ -501,6 +528,7 @@ def train(args, ckpt, device):
     start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
     if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
         torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
+    penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
     # --bf16: the network's forward passes under bfloat16 autocast; a context that does nothing otherwise.
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
@@ -521,7 +549,7 @@ def train(args, ckpt, device):
     next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
     next_obs = torch.as_tensor(next_obs_np, device=device)
     recent_returns = deque(maxlen=100)
-    control.start(agent, optimizer, envs, writer, start_iteration, global_step)
+    control.start(agent, optimizer, penalty, envs, writer, start_iteration, global_step)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -572,6 +600,8 @@ def train(args, ckpt, device):
         b_obs = obs.reshape((local_batch_size,) + obs_shape)
         b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        with autocast:
+            old_policy = penalty.old_policy(agent, b_obs) if penalty.on else None  # [kl-1]
 
         # --- epochs of minibatch updates ---
         clipfracs = []
@@ -582,8 +612,9 @@ def train(args, ckpt, device):
                 mb = order[start:start + local_minibatch_size]
                 with autocast:
                     _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                    kl = penalty.kl(agent, b_obs[mb], old_policy[mb]) if penalty.on else None
                 loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                                         b_advantages[mb], b_returns[mb], clip_coef, args, kl, penalty.coef)
                 clipfracs.append(metrics["clipfrac"])
 
                 optimizer.zero_grad()
@@ -597,6 +628,12 @@ def train(args, ckpt, device):
             if args.target_kl is not None and mean_over_processes(metrics["approx_kl"]) > args.target_kl:
                 break
         control.check_finite(loss, global_step)
+        if penalty.on:  # [kl-1] the batch's mean KL after the update, over every process's share, moves beta
+            with torch.no_grad(), autocast:
+                mean_kl = mean_over_processes(penalty.kl(agent, b_obs, old_policy).mean()).item()
+            writer.add_scalar("losses/kl_coef", penalty.coef, global_step)
+            writer.add_scalar("losses/policy_kl", mean_kl, global_step)
+            penalty.update(mean_kl)
 
         # --- log ---
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
@@ -610,6 +647,38 @@ def train(args, ckpt, device):
             break
 
     control.finish(global_step, recent_returns)
+
+
+# ----------------------------------------------------------------------------------------------
+# [kl-1] The KL penalty's beta, used by train() above
+# ----------------------------------------------------------------------------------------------
+
+
+class KLPenalty:
+    """[kl-1] The KL-penalty objective's beta and how it moves: fixed (--kl-penalty), or adapted to a target mean
+    KL (--kl-penalty-target, from 1 unless --kl-penalty says otherwise). Off by default: the clip alone."""
+
+    def __init__(self, args, ckpt=None):
+        self.target = args.kl_penalty_target
+        self.on = args.kl_penalty is not None or self.target is not None
+        self.coef = args.kl_penalty if args.kl_penalty is not None else 1.0 if self.on else 0.0
+        if ckpt is not None:
+            self.coef = ckpt.get("kl_coef", self.coef)  # beta is state: a resumed run goes on with its own
+
+    @staticmethod
+    def old_policy(agent, obs):
+        """The rollout policy's logits on the batch, taken before the update moves them."""
+        with torch.no_grad():
+            return agent.logits(obs)
+
+    @staticmethod
+    def kl(agent, obs, old_logits):
+        """KL[old || current policy] on each observation, with gradients to the current policy."""
+        return categorical_kl(old_logits, agent.logits(obs))
+
+    def update(self, mean_kl):
+        if self.target is not None:
+            self.coef = adapt_kl_coef(self.coef, mean_kl, self.target)
 
 
 # ==============================================================================================
@@ -687,8 +756,11 @@ def check_args(args, merged=False):
         need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0")
     for name in ("gamma", "gae_lambda"):
         need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
-    if args.target_kl is not None:
-        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    for name in ("target_kl", "kl_penalty_target"):
+        if getattr(args, name) is not None:
+            need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
+    if args.kl_penalty is not None:
+        need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
     if args.repeat_action_probability is not None:  # a probability, per frame
         need("repeat_action_probability", 0 <= args.repeat_action_probability <= 1,
              "in [0, 1] (or not given: the id's own)")
@@ -883,7 +955,7 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done. [aux-2] One run, one
@@ -894,7 +966,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
-        "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+        "kl_coef": kl_coef, "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": rng,
     }
     tmp = f"{path}.tmp"
@@ -979,8 +1051,8 @@ class RunControl:
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop = StopSignals()
 
-    def start(self, agent, optimizer, envs, writer, start_iteration, start_step):
-        self.agent, self.optimizer, self.envs, self.writer = agent, optimizer, envs, writer
+    def start(self, agent, optimizer, penalty, envs, writer, start_iteration, start_step):
+        self.agent, self.optimizer, self.penalty, self.envs, self.writer = agent, optimizer, penalty, envs, writer
         self.progress = Progress(self.args.progress and RANK == 0, self.args.progress_interval, self.total_steps,
                                  start_step, measure="score")
         self.last_saved_at, self.completed, self.rng = time.time(), start_iteration - 1, rng_states()
@@ -1011,8 +1083,8 @@ class RunControl:
         return True
 
     def save(self, global_step):
-        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.args, self.run.name, global_step,
-                        self.completed, self.rng, self.writer)
+        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.penalty.coef, self.args, self.run.name,
+                        global_step, self.completed, self.rng, self.writer)
 
     def finish(self, global_step, recent_returns):
         self.progress.end_line()

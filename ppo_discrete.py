@@ -78,6 +78,12 @@ class Args:
     """global gradient-norm clip"""
     target_kl: Optional[float] = None
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
+    kl_penalty: Optional[float] = None
+    ("beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no penalty; 1 "
+     "to start from with --kl-penalty-target). Not --target-kl, which stops the epochs early")
+    kl_penalty_target: Optional[float] = None
+    ("adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved below d_targ "
+     "/ 1.5, doubled above 1.5 * d_targ")
     bootstrap_truncation: bool = True
     ("bootstrap time-limit truncations with V(final obs); --no-bootstrap-truncation treats them as terminations, "
      "exactly like openai/baselines ppo2 and CleanRL")
@@ -131,7 +137,7 @@ _FIELD_NAMES = [f.name for f in fields(Args)]
 HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
 # Settings added since checkpoints were first written, at the values that behave as the script did before them:
 # an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True}
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
 # A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
 CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
 # Flags that were renamed, so that the old name says what it is now.
@@ -225,6 +231,23 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
     return loss, metrics
 
 
+def categorical_kl(old_logits, new_logits):
+    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
+    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
+    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
+    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
+
+
 def explained_variance(predicted, target):
     """[core-12] 1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
     var_target = np.var(target)
@@ -276,12 +299,15 @@ class Agent(nn.Module):
     def get_value(self, obs):
         return self.critic(obs).squeeze(-1)
 
+    def logits(self, obs):
+        return self.actor(obs)
+
     def get_action_and_value(self, obs, action=None):
-        action, logprob, entropy = categorical(self.actor(obs), action)
+        action, logprob, entropy = categorical(self.logits(obs), action)
         return action, logprob, entropy, self.get_value(obs)
 
     def act(self, obs, greedy):
-        logits = self.actor(obs)
+        logits = self.logits(obs)
         return logits.argmax(-1) if greedy else categorical(logits)[0]
 
 
@@ -339,6 +365,7 @@ def train(args, ckpt, obs_size, n_actions, device):
     # Adam's update in one call per step instead of one per tensor; it rounds differently in the last bit.
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
 
     # Rollout storage, allocated once.
@@ -354,7 +381,7 @@ def train(args, ckpt, obs_size, n_actions, device):
     next_obs_np, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
     recent_returns = deque(maxlen=100)
-    control = RunControl(args, run, agent, optimizer, envs, writer, device, num_iterations * batch_size,
+    control = RunControl(args, run, agent, optimizer, penalty, envs, writer, device, num_iterations * batch_size,
                          start_iteration, global_step)
 
     for iteration in range(start_iteration, num_iterations + 1):
@@ -405,6 +432,7 @@ def train(args, ckpt, obs_size, n_actions, device):
         b_obs = obs.reshape(batch_size, obs_size)
         b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        old_policy = penalty.old_policy(agent, b_obs) if penalty.on else None  # [kl-1]
 
         # --- epochs of minibatch updates ---
         clipfracs = []
@@ -414,8 +442,9 @@ def train(args, ckpt, obs_size, n_actions, device):
             for start in range(0, batch_size, minibatch_size):
                 mb = order[start:start + minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                kl = penalty.kl(agent, b_obs[mb], old_policy[mb]) if penalty.on else None
                 loss, metrics = ppo_loss(new_logprob, entropy, new_value, b_logprobs[mb], b_values[mb],
-                                         b_advantages[mb], b_returns[mb], clip_coef, args)
+                                         b_advantages[mb], b_returns[mb], clip_coef, args, kl, penalty.coef)
                 clipfracs.append(metrics["clipfrac"])
 
                 optimizer.zero_grad()
@@ -428,6 +457,12 @@ def train(args, ckpt, obs_size, n_actions, device):
             if args.target_kl is not None and metrics["approx_kl"] > args.target_kl:
                 break
         control.check_finite(loss, global_step)
+        if penalty.on:  # [kl-1] the batch's mean KL after the update moves beta
+            with torch.no_grad():
+                mean_kl = penalty.kl(agent, b_obs, old_policy).mean().item()
+            writer.add_scalar("losses/kl_coef", penalty.coef, global_step)
+            writer.add_scalar("losses/policy_kl", mean_kl, global_step)
+            penalty.update(mean_kl)
 
         # --- log ---
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
@@ -441,6 +476,38 @@ def train(args, ckpt, obs_size, n_actions, device):
             break
 
     control.finish(global_step, recent_returns)
+
+
+# ----------------------------------------------------------------------------------------------
+# [kl-1] The KL penalty's beta, used by train() above
+# ----------------------------------------------------------------------------------------------
+
+
+class KLPenalty:
+    """[kl-1] The KL-penalty objective's beta and how it moves: fixed (--kl-penalty), or adapted to a target mean
+    KL (--kl-penalty-target, from 1 unless --kl-penalty says otherwise). Off by default: the clip alone."""
+
+    def __init__(self, args, ckpt=None):
+        self.target = args.kl_penalty_target
+        self.on = args.kl_penalty is not None or self.target is not None
+        self.coef = args.kl_penalty if args.kl_penalty is not None else 1.0 if self.on else 0.0
+        if ckpt is not None:
+            self.coef = ckpt.get("kl_coef", self.coef)  # beta is state: a resumed run goes on with its own
+
+    @staticmethod
+    def old_policy(agent, obs):
+        """The rollout policy's logits on the batch, taken before the update moves them."""
+        with torch.no_grad():
+            return agent.logits(obs)
+
+    @staticmethod
+    def kl(agent, obs, old_logits):
+        """KL[old || current policy] on each observation, with gradients to the current policy."""
+        return categorical_kl(old_logits, agent.logits(obs))
+
+    def update(self, mean_kl):
+        if self.target is not None:
+            self.coef = adapt_kl_coef(self.coef, mean_kl, self.target)
 
 
 # ==============================================================================================
@@ -521,8 +588,11 @@ def check_args(args, merged=False):
         need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0")
     for name in ("gamma", "gae_lambda"):
         need(name, 0 <= getattr(args, name) <= 1, "in [0, 1]")
-    if args.target_kl is not None:
-        need("target_kl", math.isfinite(args.target_kl) and args.target_kl > 0, "> 0 (or not given)")
+    for name in ("target_kl", "kl_penalty_target"):
+        if getattr(args, name) is not None:
+            need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
+    if args.kl_penalty is not None:
+        need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
         fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
              "(not empty, no '/', no '__', which separates the fields of a run name)")
@@ -677,7 +747,7 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done."""
@@ -685,7 +755,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         writer.flush()
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
-        "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
+        "kl_coef": kl_coef, "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
         "rng": rng,
     }
     tmp = f"{path}.tmp"
@@ -755,8 +825,9 @@ class RunControl:
     for), `check_finite` (after each update), `end_iteration` (what a checkpoint of it holds, the progress
     line, the periodic checkpoint) and `finish` (the last checkpoint, closing, the last line)."""
 
-    def __init__(self, args, run, agent, optimizer, envs, writer, device, total_steps, start_iteration, start_step):
-        self.args, self.run, self.agent, self.optimizer = args, run, agent, optimizer
+    def __init__(self, args, run, agent, optimizer, penalty, envs, writer, device, total_steps, start_iteration,
+                 start_step):
+        self.args, self.run, self.agent, self.optimizer, self.penalty = args, run, agent, optimizer, penalty
         self.envs, self.writer = envs, writer
         self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
         announce_start(args, run.dir, device, total_steps, start_step)
@@ -785,8 +856,8 @@ class RunControl:
         return True
 
     def save(self, global_step):
-        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.args, self.run.name, global_step,
-                        self.completed, self.rng, self.writer)
+        save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.penalty.coef, self.args, self.run.name,
+                        global_step, self.completed, self.rng, self.writer)
 
     def finish(self, global_step, recent_returns):
         self.progress.end_line()

@@ -771,9 +771,9 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     shutil.copytree(run_dir, copy_cwd / "runs" / run_dir.name)
     saves, save = [], pa.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
         saves.append((os.path.dirname(os.path.abspath(path)), iteration))
-        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pa, "save_checkpoint", counting_save)
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
@@ -810,9 +810,9 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pa.time, "time", lambda: clock[0])
     saves, save = [], pa.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pa, "save_checkpoint", counting_save)
     compute_gae = pa.compute_gae

@@ -59,17 +59,22 @@ advantages = torch.randn(n) * 3 + 1  # far from normalised, so a per-process nor
 returns, old_values = torch.randn(n), torch.randn(n)
 with torch.no_grad():
     old_logprobs = agent.get_action_and_value(obs, actions)[1] + 0.3 * torch.randn(n)  # ratios away from 1
+    old_logits = agent.logits(obs) + 0.5 * torch.randn(n, 4)  # [kl-1] a rollout policy away from this one
+penalty = pa.KLPenalty(pa.Args(kl_penalty=0.7))
 
 def loss_on(idx):
     _, logprob, entropy, value = agent.get_action_and_value(obs[idx], actions[idx])
+    kl = penalty.kl(agent, obs[idx], old_logits[idx])
     loss, _ = pa.ppo_loss(logprob, entropy, value, old_logprobs[idx], old_values[idx], advantages[idx], returns[idx],
-                          0.1, pa.Args())
+                          0.1, pa.Args(), kl, penalty.coef)
     return loss
 
 assert pa.WORLD_SIZE == 2
 agent.zero_grad()
 loss_on(torch.arange(n)).backward()  # first the plain one-process computation, on the whole minibatch
 reference = [p.grad.clone() for p in agent.parameters()]
+with torch.no_grad():
+    reference_kl = penalty.kl(agent, obs, old_logits).mean()
 dist.init_process_group("gloo")
 pa.normalize = pa.normalize_over_processes  # what init_distributed does, beside starting the process group
 rank = dist.get_rank()
@@ -77,6 +82,10 @@ agent.zero_grad()
 loss_on(torch.arange(rank * n // 2, (rank + 1) * n // 2)).backward()  # this process's half
 pa.average_gradients(agent)
 worst = max(((p.grad - r).abs().max() / (r.abs().max() + 1e-12)).item() for p, r in zip(agent.parameters(), reference))
+with torch.no_grad():  # [kl-1] the mean KL that moves beta is the whole batch's, the same on every process
+    half = torch.arange(rank * n // 2, (rank + 1) * n // 2)
+    mean_kl = pa.mean_over_processes(penalty.kl(agent, obs[half], old_logits[half]).mean())
+worst = max(worst, (abs(mean_kl - reference_kl) / reference_kl).item())
 # every process's finished games reach rank 0, in step order
 games = pa.games_of_every_process([(10 + rank, float(rank), 7)] if rank == 0 else [(5, 1.0, 3), (20, 2.0, 4)])
 print(f"rank {rank} worst relative difference {worst:.3e} games {games}")
@@ -93,7 +102,8 @@ def test_split_minibatch_gradient_equals_one_process_gradient(tmp_path):
     reports = re.findall(r"rank (\d) worst relative difference (\S+) games (\[.*?\])", result.stdout)
     assert sorted(rank for rank, _, _ in reports) == ["0", "1"], result.stdout
     for rank, worst, games in reports:
-        assert float(worst) < 1e-4, rank  # float32 sums in another order; a per-process normalisation gives ~1e-1
+        # float32 sums in another order; a per-process normalisation or KL gives ~1e-1
+        assert float(worst) < 1e-4, rank
         assert games == "[(5, 1.0, 3), (10, 0.0, 7), (20, 2.0, 4)]", games
 
 

@@ -695,9 +695,9 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
     saves, save = [], pd.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
@@ -739,9 +739,9 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys):
     saves = []
     original = pd.save_checkpoint
 
-    def counting_save(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
         saves.append(iteration)
-        return original(path, agent, optimizer, args, run_name, global_step, iteration, rng, writer)
+        return original(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
 
     monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     calls = [0]

@@ -35,8 +35,8 @@ def t(values):
 # Functions that are the same in every script (under torchrun, ppo_atari.py's init_distributed puts
 # normalize_over_processes in normalize's place: tests/test_atari_distributed.py checks it).
 SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "normalize", "clipped_surrogate", "value_loss", "ppo_loss",
-               "explained_variance", "layer_init", "restore_checkpoint", "checkpoint_due", "fmt_duration",
-               "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name",
+               "explained_variance", "adapt_kl_coef", "layer_init", "restore_checkpoint", "checkpoint_due",
+               "fmt_duration", "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name",
                "checkpoint_file", "Progress", "check_flags"]
 
 
@@ -293,8 +293,9 @@ def test_ppo_loss_adds_the_kl_penalty(m):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_categorical_copies_are_identical():
-    trees = {script: function_trees(script).get("categorical") for script in ("ppo_discrete", "ppo_atari")}
+@pytest.mark.parametrize("name", ["categorical", "categorical_kl", "KLPenalty"])
+def test_categorical_copies_are_identical(name):
+    trees = {script: function_trees(script).get(name) for script in ("ppo_discrete", "ppo_atari")}
     assert trees["ppo_discrete"] and trees["ppo_discrete"] == trees["ppo_atari"]
 
 

@@ -461,7 +461,7 @@ def save(module, path, agent, optimizer, rng, step):
                  "kl_coef": 0.0}
         module.save_checkpoint(path, agent, optimizer, stats, args, "run", step, step // 128, rng)
     else:
-        module.save_checkpoint(path, agent, optimizer, args, "run", step, step // 128, rng)
+        module.save_checkpoint(path, agent, optimizer, 0.0, args, "run", step, step // 128, rng)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -601,48 +601,50 @@ def test_short_runs_learn(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# [kl-1] The KL-penalty objective (ppo_continuous.py)
+# [kl-1] The KL-penalty objective
 # ----------------------------------------------------------------------------------------------
 
 
-def test_adaptive_kl_penalty_follows_the_papers_rule_and_is_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys,
-                                                                                    watch):
-    pc = load_script("ppo_continuous")
-    _, w = watched_run("ppo_continuous", ["--no-clip-policy", "--kl-penalty-target", 0.01, "--save-model"], tmp_path,
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_adaptive_kl_penalty_follows_the_papers_rule_and_is_kept_by_the_checkpoint(script, tmp_path, monkeypatch,
+                                                                                    capsys, watch):
+    m = load_script(script)
+    _, w = watched_run(script, ["--no-clip-policy", "--kl-penalty-target", 0.01, "--save-model"], tmp_path,
                        monkeypatch, capsys, watch)
     scalars = read_scalars(run_dirs(tmp_path)[0])
     betas = [v for _, v in scalars["losses/kl_coef"]]
     kls = [v for _, v in scalars["losses/policy_kl"]]
     assert len(betas) == len(kls) == ITERATIONS and betas[0] == 1.0
     for i in range(ITERATIONS - 1):  # beta after iteration i's update is the beta iteration i + 1 trains with
-        assert betas[i + 1] == pytest.approx(pc.adapt_kl_coef(betas[i], kls[i], 0.01), rel=1e-6)
+        assert betas[i + 1] == pytest.approx(m.adapt_kl_coef(betas[i], kls[i], 0.01), rel=1e-6)
     assert all(kl > 0 for kl in kls)
-    # Every update paid beta * KL, with the KL of the minibatch against the rollout policy: 0 on the first.
-    per_iteration = EPOCHS * MINIBATCHES
     ckpt = torch.load(run_dirs(tmp_path)[0] / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert ckpt["kl_coef"] == pytest.approx(pc.adapt_kl_coef(betas[-1], kls[-1], 0.01))
-    assert pc.KLPenalty(pc.Args(kl_penalty_target=0.01), ckpt).coef == ckpt["kl_coef"]
-    first = w.losses[::per_iteration]
+    assert ckpt["kl_coef"] == pytest.approx(m.adapt_kl_coef(betas[-1], kls[-1], 0.01))
+    assert m.KLPenalty(m.Args(kl_penalty_target=0.01), ckpt).coef == ckpt["kl_coef"]
+    # Every update paid beta * KL, with the KL of the minibatch against the rollout policy: 0 on the first.
+    first = w.losses[::EPOCHS * MINIBATCHES]
     assert all(abs(call.metrics["kl_penalty"].item()) < 1e-6 for call in first)
-    assert max(call.metrics["kl_penalty"].item() for call in w.losses) > 1e-4
+    assert max(call.metrics["kl_penalty"].item() for call in w.losses) > 1e-5
 
 
-def test_fixed_kl_penalty_and_no_penalty(tmp_path, monkeypatch, capsys, watch):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_fixed_kl_penalty_and_no_penalty(script, tmp_path, monkeypatch, capsys, watch):
     (tmp_path / "fixed").mkdir()
-    watched_run("ppo_continuous", ["--kl-penalty", 3.0], tmp_path / "fixed", monkeypatch, capsys, watch)
+    watched_run(script, ["--kl-penalty", 3.0], tmp_path / "fixed", monkeypatch, capsys, watch)
     fixed = read_scalars(run_dirs(tmp_path / "fixed")[0])
     assert [v for _, v in fixed["losses/kl_coef"]] == [3.0] * ITERATIONS
     (tmp_path / "plain").mkdir()
-    _, w = watched_run("ppo_continuous", [], tmp_path / "plain", monkeypatch, capsys, watch)
+    _, w = watched_run(script, [], tmp_path / "plain", monkeypatch, capsys, watch)
     assert "losses/kl_coef" not in read_scalars(run_dirs(tmp_path / "plain")[0])
     assert all("kl_penalty" not in call.metrics for call in w.losses)
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("flag, value", [("--kl-penalty", -1), ("--kl-penalty", "nan"), ("--kl-penalty-target", 0),
                                          ("--kl-penalty-target", "inf")])
-def test_kl_penalty_settings_are_range_checked(flag, value, tmp_path, monkeypatch, capsys):
-    pc = load_script("ppo_continuous")
-    code, err, out = main_in_process(pc, [*TINY["ppo_continuous"], flag, value], tmp_path, monkeypatch, capsys)
+def test_kl_penalty_settings_are_range_checked(script, flag, value, tmp_path, monkeypatch, capsys):
+    m = load_script(script)
+    code, err, out = main_in_process(m, [*TINY[script], flag, value], tmp_path, monkeypatch, capsys)
     assert code == 2 and err.startswith(f"error: {flag} ") and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "runs").exists()
 
@@ -661,9 +663,50 @@ def test_gaussian_kl_worked_numbers():
     torch.testing.assert_close(pc.gaussian_kl(a, b, c, d), expected)
 
 
+@pytest.mark.parametrize("script", ["ppo_discrete", "ppo_atari"])
+def test_categorical_kl_worked_numbers(script):
+    m = load_script(script)
+    # KL[(1/2, 1/2) || (1/4, 3/4)] = 1/2 log 2 + 1/2 log(2/3) = 1/2 log(4/3) = 0.143841 (logits (5, 5) are
+    # (1/2, 1/2): they count up to a constant); the other way round, 1/4 log(1/2) + 3/4 log(3/2) = 0.130812.
+    old, new = torch.tensor([[5.0, 5.0]]), torch.tensor([[0.0, math.log(3.0)]])
+    assert m.categorical_kl(old, new).item() == pytest.approx(0.5 * math.log(4 / 3), abs=1e-6)
+    assert m.categorical_kl(new, old).item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(7, 5, generator=g) * 2, torch.randn(7, 5, generator=g) * 2
+    expected = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=a),
+                                                 torch.distributions.Categorical(logits=b))
+    torch.testing.assert_close(m.categorical_kl(a, b), expected)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_kl_penalty_pulls_the_policy_back_to_the_rollout_policy(script):
+    """KLPenalty's KL is of the rollout policy it stored to the network as it is now: 0 before the update moves
+    the network, and a gradient step on it alone brings a moved policy back nearer."""
+    module, agent, obs, _, _, _ = agent_and_batch(script, n=32, seed=3)
+    penalty = module.KLPenalty(module.Args(kl_penalty=1.0))
+    old = penalty.old_policy(agent, obs)
+    assert penalty.kl(agent, obs, old).abs().max().item() < 1e-6
+    with torch.no_grad():
+        for p in agent.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    moved = penalty.kl(agent, obs, old).mean()
+    assert moved.item() > 1e-4
+    with torch.no_grad():  # KL[old || new], in that order (it is not symmetric)
+        if script == "ppo_continuous":
+            exact = module.gaussian_kl(old[0], old[1], agent.actor_mean(obs), agent.actor_logstd)
+        else:
+            exact = module.categorical_kl(old, agent.logits(obs))
+    torch.testing.assert_close(penalty.kl(agent, obs, old).detach(), exact)
+    optimizer = torch.optim.SGD(agent.parameters(), lr=1e-3)
+    moved.backward()
+    optimizer.step()
+    assert penalty.kl(agent, obs, old).mean().item() < moved.item()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("mean_kl, beta", [(0.005, 0.5), (0.01 / 1.5, 1.0), (0.01, 1.0), (0.015, 1.0), (0.02, 2.0)])
-def test_adapt_kl_coef_halves_below_the_band_and_doubles_above(mean_kl, beta):
-    assert load_script("ppo_continuous").adapt_kl_coef(1.0, mean_kl, 0.01) == beta
+def test_adapt_kl_coef_halves_below_the_band_and_doubles_above(script, mean_kl, beta):
+    assert load_script(script).adapt_kl_coef(1.0, mean_kl, 0.01) == beta
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -680,9 +723,9 @@ def test_a_checkpoint_from_before_the_added_settings_still_loads(script, checkpo
 
 # Settings each script gained after its checkpoints were first written (long runs were under way): written down
 # here, so that dropping one from ADDED_SETTINGS, which would refuse to resume those runs, fails a test.
-ADDED_AFTER_THE_FIRST_CHECKPOINTS = {"ppo_discrete": {"clip_policy"},
+ADDED_AFTER_THE_FIRST_CHECKPOINTS = {"ppo_discrete": {"clip_policy", "kl_penalty", "kl_penalty_target"},
                                      "ppo_continuous": {"clip_policy", "kl_penalty", "kl_penalty_target"},
-                                     "ppo_atari": {"clip_policy", "bf16"}}
+                                     "ppo_atari": {"clip_policy", "bf16", "kl_penalty", "kl_penalty_target"}}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
