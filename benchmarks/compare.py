@@ -37,7 +37,9 @@ What is computed, following the field's convention (CleanRL; Huang et al. 2022) 
   Mann-Whitney U statistic over all pairs of seeds divided by their number (ties count one half;
   scipy.stats.mannwhitneyu), with a 95% bootstrap interval; not given when either side has 2 seeds or fewer
   (from 2 a side it can only be 0, 1/4, 1/2, 3/4 or 1, and would read as decisive); its mean over envs is the
-  overall figure.
+  overall figure;
+- with --milestones (e.g. 100,200,300), per run: the step, and the training time by then, at which the mean of
+  --window consecutive episodes first reaches each score (a table under the section's).
 
 Published figures (CleanRL, openai/baselines ppo2; see PUBLISHED) stand beside ours. One from a longer budget
 is marked with it ("(at 10M)"). An env version with no published figure (Hopper-v5) gets the nearest
@@ -522,6 +524,32 @@ def trailing_mean(values, window):
     return (c[idx] - c[lo]) / (idx - lo)
 
 
+def first_reached(run, scores, window):
+    """For each score, (the step, the seconds of training) at which the mean of `window` whole episodes first
+    reaches it, or None where it never does."""
+    means = trailing_mean(run.returns, window)[window - 1:]
+    found = []
+    for score in scores:
+        hit = np.flatnonzero(means >= score)
+        i = hit[0] + window - 1 if hit.size else None
+        found.append(None if i is None else (int(run.steps[i]), float(run.times[i])))
+    return found
+
+
+def milestone_table(script, rows, scores, window):
+    """Where each run's curve first reaches each score: the step and the training time by then."""
+    lines = [f"Where each run's score (the mean of {window} consecutive episodes) first reaches "
+             f"{', '.join(f'{v:g}' for v in scores)}: the step, and the training time by then.", "",
+             "| env | variant | seed | " + " | ".join(f"{v:g}" for v in scores) + " |",
+             "|---|---|---|" + "---|" * len(scores)]
+    for row in rows:
+        for run in sorted(row.runs, key=lambda r: r.seed):
+            cells = ["not reached" if hit is None else f"{fmt_steps(hit[0])} ({fmt_time(hit[1])})"
+                     for hit in first_reached(run, scores, window)]
+            lines.append(f"| {row.env} | {row.label} | {run.seed} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def on_grid(x, y, grid):
     """The value of the step function y(x) (last value at or before each grid point; nan before x[0])."""
     i = np.searchsorted(x, grid, side="right") - 1
@@ -769,7 +797,8 @@ def section_table(script, envs, rows, pois, base, order, notes):
     return lines
 
 
-def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, plots=True, grid_points=200):
+def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, plots=True, grid_points=200,
+            milestones=()):
     """The markdown report of `runs` (and, if `out` and `plots`, the PNGs beside it). Returns the markdown."""
     short = [r for r in runs if len(r.returns) < window]
     if short:
@@ -789,6 +818,8 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
             notes += check_budgets(script, env, envs[env])
         rows = section_rows(envs, order, window, resamples, seed)
         lines += section_table(script, envs, rows, improvements(rows, base, resamples, seed), base, order, notes)
+        if milestones:
+            lines += milestone_table(script, rows, milestones, window)
         if out is not None and plots:
             for axis in ("steps", "time"):
                 png = plot(script, envs, order, axis, Path(out) / f"{script}_{axis}.png", window, resamples, seed,
@@ -905,6 +936,16 @@ def unused_folder(path):
     return candidate
 
 
+def milestone_scores(text):
+    try:
+        scores = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(math.isfinite(v) for v in scores):
+        raise argparse.ArgumentTypeError(f"{text!r}: every score must be a finite number")
+    return scores
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -927,6 +968,8 @@ def main(argv=None):
     p.add_argument("--include-unfinished", action="store_true",
                    help="also use sweep runs without a done marker")
     p.add_argument("--no-plots", action="store_true", help="only the table")
+    p.add_argument("--milestones", type=milestone_scores, default=(),
+                   help="scores, comma-separated (e.g. 100,200,300): where each run's curve first reaches each")
     args = p.parse_args(argv)
     if args.window < 1 or args.resamples < 1:
         p.error("--window and --resamples must be positive")
@@ -934,7 +977,8 @@ def main(argv=None):
         runs = find_runs(args.logdirs, args.script, args.include_unfinished, args.envs, args.variants)
         out = Path(args.out) if args.out else unused_folder(Path(args.logdirs[0]) / "report")
         out.mkdir(parents=True, exist_ok=True)
-        report = compare(runs, args.baseline, args.window, args.resamples, args.seed, out, not args.no_plots)
+        report = compare(runs, args.baseline, args.window, args.resamples, args.seed, out, not args.no_plots,
+                         milestones=args.milestones)
     except CompareError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

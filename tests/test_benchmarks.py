@@ -227,6 +227,20 @@ def test_compare_mismatched_step_grids(tmp_path):
     assert (out_dir / "ppo_discrete_time.png").stat().st_size > 10_000
 
 
+def test_compare_milestones_say_where_each_curve_first_reaches_a_score(tmp_path):
+    # Windows of 2 whole episodes: means 5, 15, 25, 35 at the 2nd to 5th episodes (steps 20 to 50). 0 is first
+    # reached at step 20 (one episode is no window); 15 at step 30, 35 at step 50; 36 never.
+    write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[0, 10, 20, 30, 40], sps_steps=[50])
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots", "--window", 2,
+                               "--milestones", "0,15,35,36")
+    assert rc == 0, err
+    assert "| env | variant | seed | 0 | 15 | 35 | 36 |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| CartPole-v1 | default | 1 | 20 ("))
+    assert [cell.split(" (")[0] for cell in row.strip("|").split("|")[3:]] == [" 20", " 30", " 50", " not reached "]
+    with pytest.raises(SystemExit):
+        run_compare(tmp_path, "--milestones", "100,lots")
+
+
 def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
     write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[1.0])
     write_run(tmp_path / "runs" / "CartPole-v1__default__1__200", returns=[2.0])  # same seed, newer
