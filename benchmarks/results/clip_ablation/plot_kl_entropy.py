@@ -11,11 +11,13 @@ import matplotlib.pyplot as plt
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = {"aggressive-clip0.2": "clip 0.2", "aggressive-noclip": "no clip (clip coef 100)"}
+VARIANTS = {"aggressive-clip0.2": "clip 0.2", "aggressive-noclip": "no clip (clip coef 100)",
+            "aggressive-adaptive-kl0.01": "adaptive KL, d_targ 0.01 (no clip)",
+            "aggressive-fixed-kl1": "fixed KL, beta 1 (no clip)"}
 TAGS = {"losses/approx_kl": "approximate KL per update (log scale)", "losses/entropy": "policy entropy (log scale)",
         "charts/episodic_return": "episodic return"}
 
-fig, axes = plt.subplots(len(TAGS), len(VARIANTS), figsize=(11, 9), sharex=True, sharey="row")
+fig, axes = plt.subplots(len(TAGS), len(VARIANTS), figsize=(20, 9), sharex=True, sharey="row")
 for col, (variant, title) in enumerate(VARIANTS.items()):
     for run in sorted((HERE / "sweeps/ppo_discrete" / variant / "CartPole-v1").glob("seed*/runs/*")):
         acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
