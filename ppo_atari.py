@@ -7,17 +7,7 @@ lines, evaluation, torchrun, the faster env paths), and a thin `main()`. Tags li
 name the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for
 them.
 
-Every ALE id is made with frameskip=1 so that the wrappers here do the skipping (4 frames, max of the last two),
-and keeps its own sticky-action default (NoFrameskip-v4: 0, ALE/*-v5: 0.25) unless --repeat-action-probability.
-charts/episodic_return is the real game score: a whole game, all lives, unclipped rewards.
-
-A run says on its first line what it trains and on which device (with --cuda and no GPU: the CPU, and says so),
-then reports steps/s, the score and an ETA. SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 stop it at the next safe point
-with a checkpoint of the last whole iteration, and it prints the command that resumes it.
-
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
-    python ppo_atari.py --env-path ale-vector        # ale-py's multithreaded vector env (see make_ale_vector_env)
-    python ppo_atari.py --checkpoint-minutes 30      # on a cluster: a kill costs at most 30 minutes
     python ppo_atari.py --bf16                       # bfloat16 forward passes: faster where the hardware has it
     python ppo_atari.py --help
 """
@@ -54,12 +44,7 @@ import torch.nn as nn
 import tyro
 
 gym.register_envs(ale_py)
-# ale-py prints its banner to stderr for every emulator it starts; errors still show.
-ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 SCRIPT = "ppo_atari"
-# [aux-2] Under torchrun every process learns its place from these; a plain `python ppo_atari.py` is rank 0 of 1.
-RANK, LOCAL_RANK, WORLD_SIZE = (int(os.environ.get(k, d)) for k, d in
-                                (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
 NOOP_MAX, FRAME_SKIP, SCREEN_SIZE, FRAME_STACK = 30, 4, 84, 4
 
 
@@ -114,8 +99,7 @@ class Args:
     """stop the update epochs early once the approximate KL exceeds this (e.g. 0.015)"""
     kl_penalty: Optional[float] = None
     ("beta of the PPO paper's KL penalty: the loss adds beta * KL[old || new] of the policy (default: no penalty; 1 "
-     "to start from with --kl-penalty-target; one more pass through the network per minibatch). Not --target-kl, "
-     "which stops the epochs early")
+     "to start from with --kl-penalty-target). Not --target-kl, which stops the epochs early")
     kl_penalty_target: Optional[float] = None
     ("adapt beta after each update to keep the batch's mean KL near this (the paper's d_targ): halved below d_targ "
      "/ 1.5, doubled above 1.5 * d_targ")
@@ -123,9 +107,9 @@ class Args:
     ("bootstrap time-limit truncations (108k frames) with V(final obs); --no-bootstrap-truncation treats them as "
      "terminations, exactly like openai/baselines ppo2 and CleanRL")
     bf16: bool = False
-    ("run the network's forward passes in bfloat16 under torch.autocast, in the rollout and in the update (the "
-     "weights, gradients, losses and Adam stay float32): faster where the hardware has bfloat16 arithmetic (CPUs "
-     "with AVX-512 BF16 or AMX, recent GPUs); whether it learns alike: benchmarks/results/atari_bf16")
+    ("run the network's forward passes in bfloat16 under torch.autocast (the weights, gradients, losses and Adam "
+     "stay float32): faster where the hardware has bfloat16 arithmetic (AVX-512 BF16, AMX, recent GPUs); how it "
+     "learns: benchmarks/results/atari_bf16")
 
     # --- experiment ---
     exp_name: str = SCRIPT
@@ -137,9 +121,8 @@ class Args:
     cuda: bool = True
     """train on the GPU if there is one, else on the CPU (the start line says which)"""
     threads: Optional[int] = None
-    ("torch CPU threads; default: torch's own (OMP_NUM_THREADS, else the CPUs this process may use). The CNN's "
-     "convolutions share out well across cores; benchmarks/sweep.sh sets OMP_NUM_THREADS to the CPUs each run gets "
-     "(1 in a local sweep, which runs one seed per core)")
+    ("torch CPU threads; default: torch's own (OMP_NUM_THREADS, else the CPUs this process may use); "
+     "benchmarks/sweep.sh sets OMP_NUM_THREADS to each run's CPUs (1 in a local sweep: one seed per core)")
     async_envs: bool = False
     ("step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of one "
      "after another in this process: the same games, the same run. For machines with cores to spare beside the "
@@ -176,21 +159,6 @@ class Args:
     """whole games (all lives) to play in evaluation"""
     eval_deterministic: bool = True
     """evaluate with the most likely action (--no-eval-deterministic samples from the policy)"""
-
-
-# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
-_FIELD_NAMES = [f.name for f in fields(Args)]
-HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
-# Settings added since checkpoints were first written, at the values that behave as the script did before them:
-# an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None, "bf16": False}
-# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
-CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
-# Flags that were renamed, so that the old name says what it is now.
-RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
-# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
-# ppo_atari.py's ale-py vector env takes 32-bit seeds.
-MAX_SEED = 2**30
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,23 +244,6 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
         if kl is not None:
             metrics["kl_penalty"] = kl.mean().detach()
     return loss, metrics
-
-
-def categorical_kl(old_logits, new_logits):
-    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
-    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
-    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
-    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
-
-
-def adapt_kl_coef(beta, mean_kl, target):
-    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
-    it when d > 1.5 * target, else keep it."""
-    if mean_kl < target / 1.5:
-        return beta / 2
-    if mean_kl > 1.5 * target:
-        return beta * 2
-    return beta
 
 
 def explained_variance(predicted, target):
@@ -416,9 +367,7 @@ def make_env(env_id, idx, capture_video, video_dir, repeat_action_probability, e
         env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability,
                        render_mode="rgb_array" if capture_video and idx == 0 else None)
         if capture_video and idx == 0:
-            # On the raw env a recorded episode is a whole game, every frame: life losses never reset it.
-            trigger = (lambda game: True) if every_game else None  # None: gymnasium's 0, 1, 8, 27, ...
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
+            env = record_games(env, video_dir, every_game)  # --capture-video films env 0
         # The real game score: below the life-loss and reward-clip wrappers, it sums every raw reward of a
         # whole game and reports it once, at game over (episodic_length is then in frames, as in CleanRL).
         env = gym.wrappers.RecordEpisodeStatistics(env)
@@ -461,20 +410,16 @@ class Agent(nn.Module):
         # [core-2] Policy output gain 0.01: near-uniform action probabilities at the start; value gain 1.
         self.actor = layer_init(nn.Linear(512, n_actions), gain=0.01)
         self.critic = layer_init(nn.Linear(512, 1), gain=1.0)
-        # Channels-last weights and inputs: faster CPU convolution kernels, the same arithmetic
-        # (measured in benchmarks/results/throughput).
+        # Channels-last weights and inputs: faster CPU convolution kernels, the same arithmetic.
         self.to(memory_format=torch.channels_last)
 
     def features(self, obs):
-        # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here.
-        # The copy keeps obs's memory layout: the rollout's channels-last bytes become channels-last floats
-        # in one pass, divided in place, and contiguous() is then free (a separate reorder is costly).
-        # copy=True: the division must never land on a caller's tensor.
+        # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here. The copy
+        # (never the caller's tensor) keeps the channels-last layout, so contiguous() is free.
         pixels = obs.to(torch.float32, copy=True).div_(255.0)
         return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
-    # The heads' outputs as float32 (a no-op unless --bf16): log-probs, their ratios and the losses need its
-    # precision.
+    # The heads' outputs as float32 (a no-op unless --bf16): log-probs and the losses need its precision.
     def get_value(self, obs):
         return self.critic(self.features(obs)).squeeze(-1).float()
 
@@ -487,7 +432,7 @@ class Agent(nn.Module):
         return action, logprob, entropy, self.critic(hidden).squeeze(-1).float()
 
     def act(self, obs, greedy):
-        logits = self.actor(self.features(obs))
+        logits = self.logits(obs)
         return logits.argmax(-1) if greedy else categorical(logits)[0]
 
 
@@ -650,8 +595,25 @@ def train(args, ckpt, device):
 
 
 # ----------------------------------------------------------------------------------------------
-# [kl-1] The KL penalty's beta, used by train() above
+# [kl-1] The KL penalty: its math and its beta, used by train() above
 # ----------------------------------------------------------------------------------------------
+
+
+def categorical_kl(old_logits, new_logits):
+    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
+    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
+    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
+    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
 
 
 class KLPenalty:
@@ -684,6 +646,26 @@ class KLPenalty:
 # ==============================================================================================
 # Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation, torchrun, env speed paths
 # ==============================================================================================
+
+
+# ale-py prints its banner to stderr for every emulator it starts; errors still show.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+# [aux-2] Under torchrun every process learns its place from these; a plain `python ppo_atari.py` is rank 0 of 1.
+RANK, LOCAL_RANK, WORLD_SIZE = (int(os.environ.get(k, d)) for k, d in
+                                (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
+_FIELD_NAMES = [f.name for f in fields(Args)]
+HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
+# Settings added since checkpoints were first written, at the values that behave as the script did before them:
+# an older checkpoint resumes and evaluates with these.
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None, "bf16": False}
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
+# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
+# ppo_atari.py's ale-py vector env takes 32-bit seeds.
+MAX_SEED = 2**30
 
 
 def fail(message):
@@ -1227,6 +1209,13 @@ def exit_after_signal(signum, step, ckpt_path):
         print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
               f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
     sys.exit(128 + signum)
+
+
+def record_games(env, video_dir, every_game):
+    """The raw env, its episodes recorded as mp4s in video_dir: whole games, every frame (life losses never
+    reset it), every game or gymnasium's 0, 1, 8, 27, ..."""
+    trigger = (lambda game: True) if every_game else None
+    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
 
 
 def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability, video_dir=None):

@@ -143,21 +143,6 @@ class Args:
     """evaluate with the Gaussian mean (--no-eval-deterministic samples from the policy)"""
 
 
-# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
-_FIELD_NAMES = [f.name for f in fields(Args)]
-HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
-# Settings added since checkpoints were first written, at the values that behave as the script did before them:
-# an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
-# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
-CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
-# Flags that were renamed, so that the old name says what it is now.
-RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
-# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
-# ppo_atari.py's ale-py vector env takes 32-bit seeds.
-MAX_SEED = 2**30
-
-
 # ----------------------------------------------------------------------------------------------
 # The math, as pure functions of tensors
 # ----------------------------------------------------------------------------------------------
@@ -240,22 +225,6 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
         if kl is not None:
             metrics["kl_penalty"] = kl.mean().detach()
     return loss, metrics
-
-
-def gaussian_kl(old_mean, old_logstd, new_mean, new_logstd):
-    """[kl-1] KL[N(old) || N(new)] of diagonal Gaussians, exact, summed over the action dimensions."""
-    old_var, new_var = (2 * old_logstd).exp(), (2 * new_logstd).exp()
-    return (new_logstd - old_logstd + (old_var + (old_mean - new_mean) ** 2) / (2 * new_var) - 0.5).sum(-1)
-
-
-def adapt_kl_coef(beta, mean_kl, target):
-    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
-    it when d > 1.5 * target, else keep it."""
-    if mean_kl < target / 1.5:
-        return beta / 2
-    if mean_kl > 1.5 * target:
-        return beta * 2
-    return beta
 
 
 def explained_variance(predicted, target):
@@ -369,21 +338,8 @@ class Agent(nn.Module):
 def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
     def thunk():
         if capture_video and idx == 0:
-            # Frames are drawn off-screen; without a display SDL (Pendulum draws with pygame) would otherwise
-            # print a misleading "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
-            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-            camera = {}
-            if "mujoco" in str(gym.spec(env_id).entry_point):
-                # gymnasium 1.4 renders MuJoCo envs from a free camera that stays where the episode began, so a
-                # walker leaves the picture within seconds; the models' own "track" camera follows the body.
-                # (A model without one falls back to that same free camera.)
-                camera = {"camera_name": "track"}
-            env = gym_make_quietly(env_id, render_mode="rgb_array", **camera)
-            trigger = (lambda episode: True) if every_episode else None  # None: gymnasium's 0, 1, 8, 27, ...
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
-        else:
-            env = gym_make_quietly(env_id)
-        return env
+            return recording_env(env_id, video_dir, every_episode)  # --capture-video films env 0
+        return gym_make_quietly(env_id)
 
     return thunk
 
@@ -555,8 +511,24 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
 
 
 # ----------------------------------------------------------------------------------------------
-# [kl-1] The KL penalty's beta, used by train() above
+# [kl-1] The KL penalty: its math and its beta, used by train() above
 # ----------------------------------------------------------------------------------------------
+
+
+def gaussian_kl(old_mean, old_logstd, new_mean, new_logstd):
+    """[kl-1] KL[N(old) || N(new)] of diagonal Gaussians, exact, summed over the action dimensions."""
+    old_var, new_var = (2 * old_logstd).exp(), (2 * new_logstd).exp()
+    return (new_logstd - old_logstd + (old_var + (old_mean - new_mean) ** 2) / (2 * new_var) - 0.5).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
 
 
 class KLPenalty:
@@ -589,6 +561,21 @@ class KLPenalty:
 # ==============================================================================================
 # Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation
 # ==============================================================================================
+
+
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
+_FIELD_NAMES = [f.name for f in fields(Args)]
+HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
+# Settings added since checkpoints were first written, at the values that behave as the script did before them:
+# an older checkpoint resumes and evaluates with these.
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
+# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
+# ppo_atari.py's ale-py vector env takes 32-bit seeds.
+MAX_SEED = 2**30
 
 
 def fail(message):
@@ -1101,6 +1088,22 @@ def exit_after_signal(signum, step, ckpt_path):
     print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
           f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
     sys.exit(128 + signum)
+
+
+def recording_env(env_id, video_dir, every_episode):
+    """The env, its episodes recorded as mp4s in video_dir: every one, or gymnasium's 0, 1, 8, 27, ..."""
+    # Frames are drawn off-screen; without a display SDL (Pendulum draws with pygame) would otherwise
+    # print a misleading "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    camera = {}
+    if "mujoco" in str(gym.spec(env_id).entry_point):
+        # gymnasium 1.4 renders MuJoCo envs from a free camera that stays where the episode began, so a
+        # walker leaves the picture within seconds; the models' own "track" camera follows the body.
+        # (A model without one falls back to that same free camera.)
+        camera = {"camera_name": "track"}
+    env = gym_make_quietly(env_id, render_mode="rgb_array", **camera)
+    trigger = (lambda episode: True) if every_episode else None
+    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
 
 
 def evaluate(agent, obs_rms, args, device, video_dir=None):

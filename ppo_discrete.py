@@ -132,21 +132,6 @@ class Args:
     """evaluate with the most likely action (--no-eval-deterministic samples from the policy)"""
 
 
-# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
-_FIELD_NAMES = [f.name for f in fields(Args)]
-HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
-# Settings added since checkpoints were first written, at the values that behave as the script did before them:
-# an older checkpoint resumes and evaluates with these.
-ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
-# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
-CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
-# Flags that were renamed, so that the old name says what it is now.
-RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
-# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
-# ppo_atari.py's ale-py vector env takes 32-bit seeds.
-MAX_SEED = 2**30
-
-
 # ----------------------------------------------------------------------------------------------
 # The math, as pure functions of tensors
 # ----------------------------------------------------------------------------------------------
@@ -231,23 +216,6 @@ def ppo_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages
     return loss, metrics
 
 
-def categorical_kl(old_logits, new_logits):
-    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
-    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
-    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
-    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
-
-
-def adapt_kl_coef(beta, mean_kl, target):
-    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
-    it when d > 1.5 * target, else keep it."""
-    if mean_kl < target / 1.5:
-        return beta / 2
-    if mean_kl > 1.5 * target:
-        return beta * 2
-    return beta
-
-
 def explained_variance(predicted, target):
     """[core-12] 1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
     var_target = np.var(target)
@@ -319,15 +287,8 @@ class Agent(nn.Module):
 def make_env(env_id, idx, capture_video, video_dir, every_episode=False):
     def thunk():
         if capture_video and idx == 0:
-            # Frames are drawn off-screen; without a display SDL would otherwise print a misleading
-            # "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
-            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-            env = gym.make(env_id, render_mode="rgb_array")
-            trigger = (lambda episode: True) if every_episode else None  # None: gymnasium's 0, 1, 8, 27, ...
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
-        else:
-            env = gym.make(env_id)
-        return env
+            return recording_env(env_id, video_dir, every_episode)  # --capture-video films env 0
+        return gym.make(env_id)
 
     return thunk
 
@@ -479,8 +440,25 @@ def train(args, ckpt, obs_size, n_actions, device):
 
 
 # ----------------------------------------------------------------------------------------------
-# [kl-1] The KL penalty's beta, used by train() above
+# [kl-1] The KL penalty: its math and its beta, used by train() above
 # ----------------------------------------------------------------------------------------------
+
+
+def categorical_kl(old_logits, new_logits):
+    """[kl-1] KL[Cat(old) || Cat(new)], exact: the sum over actions of p_old * (log p_old - log p_new)."""
+    old_log_probs = old_logits - old_logits.logsumexp(-1, keepdim=True)
+    new_log_probs = new_logits - new_logits.logsumexp(-1, keepdim=True)
+    return (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1)
+
+
+def adapt_kl_coef(beta, mean_kl, target):
+    """[kl-1] The PPO paper's rule after each policy update: halve beta when the mean KL d < target / 1.5, double
+    it when d > 1.5 * target, else keep it."""
+    if mean_kl < target / 1.5:
+        return beta / 2
+    if mean_kl > 1.5 * target:
+        return beta * 2
+    return beta
 
 
 class KLPenalty:
@@ -513,6 +491,21 @@ class KLPenalty:
 # ==============================================================================================
 # Operations: input checks, checkpoints and resume, stop signals, progress, logs, evaluation
 # ==============================================================================================
+
+
+# Fields a resumed run takes from its checkpoint and must not change; the others (logging) may change.
+_FIELD_NAMES = [f.name for f in fields(Args)]
+HYPERPARAMETERS = _FIELD_NAMES[:_FIELD_NAMES.index("exp_name")] + ["exp_name", "seed"]
+# Settings added since checkpoints were first written, at the values that behave as the script did before them:
+# an older checkpoint resumes and evaluates with these.
+ADDED_SETTINGS = {"clip_policy": True, "kl_penalty": None, "kl_penalty_target": None}
+# A resumed run keeps checkpointing as the run it continues did, unless the command line says otherwise.
+CHECKPOINT_SETTINGS = ["save_model", "checkpoint_every", "checkpoint_minutes"]
+# Flags that were renamed, so that the old name says what it is now.
+RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
+# One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
+# ppo_atari.py's ale-py vector env takes 32-bit seeds.
+MAX_SEED = 2**30
 
 
 def fail(message):
@@ -979,6 +972,16 @@ def exit_after_signal(signum, step, ckpt_path):
     print(f"{SCRIPT}: stopped by {signal.Signals(signum).name} at step {step}; checkpoint saved to {ckpt_path}; "
           f"resume with: python {SCRIPT}.py --resume {ckpt_path}", flush=True)
     sys.exit(128 + signum)
+
+
+def recording_env(env_id, video_dir, every_episode):
+    """The env, its episodes recorded as mp4s in video_dir: every one, or gymnasium's 0, 1, 8, 27, ..."""
+    # Frames are drawn off-screen; without a display SDL would otherwise print a misleading
+    # "error: XDG_RUNTIME_DIR is invalid or not set" while looking for one.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    env = gym.make(env_id, render_mode="rgb_array")
+    trigger = (lambda episode: True) if every_episode else None
+    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
 
 
 def evaluate(agent, env_id, episodes, greedy, seed, device, video_dir=None):
