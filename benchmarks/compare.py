@@ -888,7 +888,8 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
             f"no band: a confidence band needs {MIN_SEEDS_FOR_CI} seeds or more")
     if banded and any(len(rs) < MIN_SEEDS_FOR_CI for groups in envs.values() for rs in groups.values()):
         band += f" (none for fewer than {MIN_SEEDS_FOR_CI} seeds)"
-    fig.suptitle(f"{script}: mean over seeds, {band}")
+    # One column is too narrow for the title on one line.
+    fig.suptitle(f"{script}: mean over seeds" + ("\n" if ncols == 1 else ", ") + band)
     return save_figure(plt, fig, path)
 
 

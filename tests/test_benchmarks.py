@@ -462,6 +462,58 @@ def test_what_compare_leaves_out_of_a_configuration_is_how_the_script_is_operate
 
 
 # ----------------------------------------------------------------------------------------------
+# same_values.py: do two runs log the same values?
+# ----------------------------------------------------------------------------------------------
+
+
+def write_scalars(run_dir, tags):
+    """A run that logged each {tag: [(step, value), ...]}."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir))
+    for tag, points in tags.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def same_values(*args):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "same_values.py"), *map(str, args)],
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_same_values_compares_every_point_or_with_prefix_the_steps_both_runs_have(tmp_path):
+    loss = [(s, 0.5 / s) for s in range(1, 11)]
+    episodes = [(s, float(s % 3)) for s in range(2, 13, 2)]
+    write_scalars(tmp_path / "long", {"losses/value_loss": loss, "charts/episodic_return": episodes,
+                                      "charts/SPS": [(s, 100.0 + s) for s in range(1, 11)]})
+    # A run still training: its losses reach step 6, its episodes step 8; SPS (the machine) differs.
+    write_scalars(tmp_path / "short", {"losses/value_loss": loss[:6], "charts/episodic_return": episodes[:4],
+                                       "charts/SPS": [(s, 7.0) for s in range(1, 7)]})
+    rc, out = same_values(tmp_path / "long", tmp_path / "long")
+    assert rc == 0 and "same values: 2 tags, 16 points" in out, out
+    rc, out = same_values(tmp_path / "long", tmp_path / "short")
+    assert rc == 1 and "losses/value_loss: 10 and 6 points, first difference at point 6" in out, out
+    # Over the steps both have on every tag (up to 6): the losses 1-6 and the episodes at 2, 4, 6.
+    rc, out = same_values("--prefix", tmp_path / "long", tmp_path / "short")
+    assert rc == 0 and "same values: 2 tags, 9 points up to step 6" in out, out
+    # A value that differs within the common steps is found, one beyond them is not compared.
+    write_scalars(tmp_path / "moved", {"losses/value_loss": loss[:5] + [(6, 0.1)],
+                                       "charts/episodic_return": episodes[:4]})
+    rc, out = same_values("--prefix", tmp_path / "long", tmp_path / "moved")
+    assert rc == 1 and "losses/value_loss: 6 and 6 points, first difference at point 5" in out, out
+    write_scalars(tmp_path / "later", {"losses/value_loss": loss[:6], "charts/episodic_return": episodes[:3] + [(8, 9.0)]})
+    rc, out = same_values("--prefix", tmp_path / "long", tmp_path / "later")
+    assert rc == 0, out
+    rc, out = same_values("--prefix", tmp_path / "long", tmp_path / "nothing")
+    assert rc == 2 and out.strip() == f"error: no such run folder: {tmp_path / 'nothing'}", out
+    (tmp_path / "empty").mkdir()
+    rc, out = same_values(tmp_path / "long", tmp_path / "empty")
+    assert rc == 2 and out.strip() == f"error: no scalars in {tmp_path / 'empty'}", out
+
+
+# ----------------------------------------------------------------------------------------------
 # sweep.sh, local mode, on tiny real runs
 # ----------------------------------------------------------------------------------------------
 
