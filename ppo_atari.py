@@ -1,11 +1,11 @@
 """PPO for Atari games from pixels (BreakoutNoFrameskip-v4, PongNoFrameskip-v4, ALE/Breakout-v5, ...).
 
 One file, read top to bottom: the settings, the math as small pure functions, the Atari preprocessing (one
-small wrapper per detail), the network, the environment and the training loop in `train()`: the algorithm. Then,
-below one banner, the operations a long run needs (input checks, checkpoints and resume, stop signals, progress
-lines, evaluation, torchrun, the faster env paths), and a thin `main()`. Tags like `[core-5]` and `[atari-3]`
-name the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for
-them.
+small wrapper per detail) and the environment, the network, and the training loop in `train()`: the algorithm,
+followed by the PPO paper's KL penalty (off by default), its math and its beta. Then, below one banner, the
+operations a long run needs (input checks, checkpoints and resume, stop signals, progress lines, evaluation,
+torchrun, the faster env paths), and a thin `main()`. Tags like `[core-5]` and `[atari-3]` name the
+implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022); search for them.
 
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
     python ppo_atari.py --bf16                       # bfloat16 forward passes: faster where the hardware has it
@@ -30,8 +30,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
-# Torch's CPU threads sleep, not spin, while they wait for each other: beside another busy process spinning
-# halved a two-thread run (benchmarks/results/throughput). OpenMP reads it when torch loads: before the import.
+# Torch's CPU threads sleep, not spin, while they wait for each other: beside another busy process a spinning
+# thread holds the core its partner needs (benchmarks/results/throughput). OpenMP reads it when torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import ale_py
@@ -55,8 +55,8 @@ class Args:
     """gymnasium id of an Atari game: *NoFrameskip-v4, ALE/*-v5, ..."""
     env_path: Literal["wrappers", "ale-vector"] = "wrappers"
     ("wrappers: the preprocessing written in this file, the reference; ale-vector: ale-py's multithreaded vector "
-     "env configured with the same details (faster stepping, no faster on a CPU; it learned less on Breakout, 3 "
-     "seeds: see make_ale_vector_env)")
+     "env with the same details by name but not all the same behaviour (no FIRE after a lost life: see "
+     "make_ale_vector_env), for where stepping the games is the bottleneck")
     repeat_action_probability: Optional[float] = None
     ("sticky actions: chance the emulator repeats the previous action, per frame (None: the id's own, 0 for "
      "*NoFrameskip-v4, 0.25 for ALE/*-v5)")
@@ -126,7 +126,8 @@ class Args:
     async_envs: bool = False
     ("step the wrappers' envs in parallel worker processes (gymnasium's AsyncVectorEnv, one per env) instead of one "
      "after another in this process: the same games, the same run. For machines with cores to spare beside the "
-     "network (a GPU run); on 2 CPU cores it was slower (benchmarks/results/throughput)")
+     "network (a GPU run); on a CPU the workers compete with the update for the cores "
+     "(benchmarks/results/throughput)")
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     wandb_project_name: str = "ppo-reference"
@@ -415,7 +416,8 @@ class Agent(nn.Module):
 
     def features(self, obs):
         # [atari-9] Pixels are stored as uint8 (4x smaller rollouts) and scaled to [0, 1] only here. The copy
-        # (never the caller's tensor) keeps the channels-last layout, so contiguous() is free.
+        # (never the caller's tensor) keeps the layout: for the rollout buffer's channels-last minibatches,
+        # contiguous() is then free.
         pixels = obs.to(torch.float32, copy=True).div_(255.0)
         return self.network(pixels.contiguous(memory_format=torch.channels_last))
 
@@ -471,8 +473,7 @@ def train(args, ckpt, device):
     # Adam's update in one call per step instead of one per tensor (it rounds differently in the last bit).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
-    if RANK != 0:  # [aux-2] the same initial network everywhere (same seed), but actions drawn independently
-        torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
+    seed_this_process(args, start_iteration)  # [aux-2] the same initial network, actions drawn independently
     penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
     # --bf16: the network's forward passes under bfloat16 autocast; a context that does nothing otherwise.
@@ -743,6 +744,8 @@ def check_args(args, merged=False):
             need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
     if args.kl_penalty is not None:
         need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
+    if args.kl_penalty == 0 and args.kl_penalty_target is not None:  # halving and doubling keep a beta of 0
+        fail("--kl-penalty 0 with --kl-penalty-target would stay 0: start the adapted beta above 0 (default 1)")
     if args.repeat_action_probability is not None:  # a probability, per frame
         need("repeat_action_probability", 0 <= args.repeat_action_probability <= 1,
              "in [0, 1] (or not given: the id's own)")
@@ -978,7 +981,8 @@ def restore_checkpoint(ckpt, agent, optimizer):
 def rng_states():
     """The generators a run draws from, as a checkpoint keeps them. Taken at the end of each iteration: a stop
     drops a partial rollout whose actions have already drawn from them, and a resumed run must go on as an
-    uninterrupted one would from that iteration, wherever in the next one the signal came."""
+    uninterrupted one would from that iteration, wherever in the next one the signal came (under torchrun: rank
+    0's, see seed_this_process)."""
     return {"torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
@@ -1302,6 +1306,14 @@ def envs_of_this_process(total_envs):
     return count, RANK * count
 
 
+def seed_this_process(args, start_iteration):
+    """Every process built the same initial network from the same seed; from here on the others draw their own
+    actions, from a seed of their rank and the iteration they start at. The checkpoint keeps rank 0's generators
+    only, so a resumed torchrun run is reproducible but draws differently from the uninterrupted one."""
+    if RANK != 0:
+        torch.manual_seed(args.seed + RANK + 1_000_003 * start_iteration)
+
+
 def average_gradients(model):
     """Each process's loss is the mean over its equal slice of the minibatch, so the mean of the processes'
     gradients is the gradient of the whole minibatch's loss. One flat all-reduce instead of one per tensor."""
@@ -1436,9 +1448,9 @@ def make_ale_vector_env(env_id, num_envs, repeat_action_probability):
     fresh frame stack follows a lost life, and a reset presses FIRE for one frame only. In a game that needs
     FIRE to go on (Breakout) a policy that stops pressing it would stall until the 108k-frame cap. Also, a new
     game's stack is padded with zeros, and its no-op start draws 0..29 no-ops where NoopReset draws 1..30.
-    Measured on Breakout, 500k steps, seeds 1-3 (benchmarks/results/atari): 11.85 +- 2.33 against the
-    wrappers' 14.21 +- 0.56, no game stalled, and no faster on a CPU. So: publish from the wrappers, and use
-    this path for speed only where stepping games is the bottleneck, not for FIRE games until shown equal."""
+    On Breakout it scored below the wrappers and was no faster on a CPU (benchmarks/results/atari). So: publish
+    from the wrappers, and use this path for speed only where stepping games is the bottleneck, not for FIRE
+    games until shown equal."""
     spec = gym.spec(env_id)
     return AleVectorGameScore(ale_py.vector_env.AtariVectorEnv(
         game=spec.kwargs["game"], num_envs=num_envs, repeat_action_probability=repeat_action_probability,
@@ -1492,7 +1504,7 @@ def keep_freed_memory_for_reuse():
     """On the CPU each minibatch allocates tensors of tens of MB. glibc maps blocks that big afresh and unmaps
     them when freed, so the next minibatch faults them in again page by page, in the kernel's time. Serving them
     from the heap (the mmap threshold raised to its 32 MB maximum) and not trimming it keeps that memory for
-    reuse. Same numbers, less time (benchmarks/results/throughput); other C libraries are left as they are."""
+    reuse. The arithmetic is unchanged (benchmarks/results/throughput); other C libraries are left as they are."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # no such library, or one without mallopt (musl)

@@ -1,10 +1,11 @@
 """PPO for continuous actions (MuJoCo: HalfCheetah, Hopper, Walker2d, ...; also Pendulum-v1).
 
 One file, read top to bottom: the settings, the math as small pure functions, the normalisation statistics, the
-network, the environment and the training loop in `train()`: the algorithm. Then, below one banner, the
-operations a long run needs (input checks, checkpoints and resume, stop signals, progress lines, evaluation),
-and a thin `main()`. Tags like `[cont-6]` name the implementation details of Huang et al., "The 37
-Implementation Details of PPO" (2022); search for them.
+network, the environment and the training loop in `train()`: the algorithm, followed by the PPO paper's KL
+penalty (off by default), its math and its beta. Then, below one banner, the operations a long run needs (input
+checks, checkpoints and resume, stop signals, progress lines, evaluation), and a thin `main()`. Tags like
+`[cont-6]` name the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022);
+search for them.
 
     python ppo_continuous.py --env-id Hopper-v5 --seed 3
     python ppo_continuous.py --help
@@ -252,7 +253,7 @@ def diagonal_gaussian(mean, std, action=None):
 
 
 class RunningMeanStd:
-    """Running mean and variance of a stream of batches (Chan et al.'s parallel update, as in baselines).
+    """[cont-6] Running mean and variance of a stream of batches (Chan et al.'s parallel update, as in baselines).
 
     One instance serves the whole vector of envs: every env's sample updates the same statistics."""
 
@@ -623,8 +624,7 @@ def check_env(env_id):
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if isinstance(act_space, gym.spaces.Discrete):
-        hint = "ppo_atari.py" if "NoFrameskip" in env_id or env_id.startswith("ALE/") else "ppo_discrete.py"
-        fail(f"{env_id} has discrete actions: use {hint}")
+        fail(f"{env_id} has discrete actions: use ppo_discrete.py")  # (Atari ids are caught above)
     if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
         fail(f"{env_id} has a {act_space} action space; this script needs a 1-D Box")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
@@ -679,6 +679,8 @@ def check_args(args, merged=False):
             need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
     if args.kl_penalty is not None:
         need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
+    if args.kl_penalty == 0 and args.kl_penalty_target is not None:  # halving and doubling keep a beta of 0
+        fail("--kl-penalty 0 with --kl-penalty-target would stay 0: start the adapted beta above 0 (default 1)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
         fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
              "(not empty, no '/', no '__', which separates the fields of a run name)")

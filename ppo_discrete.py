@@ -1,7 +1,8 @@
 """PPO for discrete actions on vector observations (CartPole-v1, Acrobot-v1, MountainCar-v0, ...).
 
 One file, read top to bottom: the settings, the math as small pure functions, the network, the environment and
-the training loop in `train()`: the algorithm. Then, below one banner, the operations a long run needs (input
+the training loop in `train()`: the algorithm, followed by the PPO paper's KL penalty (off by default), its math
+and its beta. Then, below one banner, the operations a long run needs (input
 checks, checkpoints and resume, stop signals, progress lines, evaluation), and a thin `main()`. Tags like
 `[core-5]` name the implementation details of Huang et al., "The 37 Implementation Details of PPO" (2022);
 search for them.
@@ -586,6 +587,8 @@ def check_args(args, merged=False):
             need(name, math.isfinite(getattr(args, name)) and getattr(args, name) > 0, "> 0 (or not given)")
     if args.kl_penalty is not None:
         need("kl_penalty", math.isfinite(args.kl_penalty) and args.kl_penalty >= 0, ">= 0 (or not given)")
+    if args.kl_penalty == 0 and args.kl_penalty_target is not None:  # halving and doubling keep a beta of 0
+        fail("--kl-penalty 0 with --kl-penalty-target would stay 0: start the adapted beta above 0 (default 1)")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.exp_name) or "__" in args.exp_name:
         fail(f"--exp-name '{args.exp_name}' names the run folder: use letters, digits, '.', '_', '-' "
              "(not empty, no '/', no '__', which separates the fields of a run name)")

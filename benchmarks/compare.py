@@ -12,7 +12,7 @@ too). The exp_name is the *variant*. The *script* comes from the layout of bench
 (benchmarks/layout.py: `{outdir}/{script}/{variant}/{env}/seed{N}/runs/{run}`); outside it from what the run
 itself says: the `hyperparameters` text each script logs names its file and lists its settings (for older runs,
 and a copy's section: only ppo_atari.py has `env_path`, then only ppo_continuous.py `norm_obs`, then
-ppo_discrete.py `bootstrap_truncation`, or before it `eval_greedy`; see SCRIPT_MARKERS);
+ppo_discrete.py `bootstrap_truncation`, or before it `eval_greedy`; see SCRIPT_MARKERS, OLD_SCRIPT_MARKERS);
 failing that, an exp_name that is one of the script names (their default); failing that, `--script`. Sweep runs
 without the sweep's `done` marker (still running, interrupted, failed) are left out unless --include-unfinished;
 --env and --variant leave the others unread.

@@ -5,8 +5,9 @@
 Run the same short command (same seed, on the CPU) at the old and at the new commit, then compare the two run
 folders: every scalar tag, every step, every value must be equal, bit for bit. Only what measures the machine
 (charts/SPS) is left out. Prints one line per tag that differs and exits 1 if any does, else says how much was
-compared and exits 0. With --prefix, only the steps that both runs have logged on every tag are compared: a run
-still training against a longer one, or a run started over against the partial curve of the one it replaces.
+compared and exits 0 (2: bad input, one error line). With --prefix, only the steps that both runs have logged
+on every tag are compared: a run still training against a longer one, or a run started over against the
+partial curve of the one it replaces.
 """
 
 import os

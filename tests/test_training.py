@@ -649,6 +649,18 @@ def test_kl_penalty_settings_are_range_checked(script, flag, value, tmp_path, mo
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_adapted_kl_penalty_cannot_start_at_zero(script, tmp_path, monkeypatch, capsys):
+    m = load_script(script)
+    code, err, out = main_in_process(m, [*TINY[script], "--kl-penalty", "0", "--kl-penalty-target", "0.01"],
+                                     tmp_path, monkeypatch, capsys)
+    assert code == 2 and err.startswith("error: --kl-penalty 0 with --kl-penalty-target"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+    # A fixed beta of 0 is allowed (the penalty's diagnostics without its pull), as is an adapted one from 0.5.
+    for flags in (["--kl-penalty", "0"], ["--kl-penalty", "0.5", "--kl-penalty-target", "0.01"]):
+        m.check_args(m.Args(**{f[2:].replace("-", "_"): float(v) for f, v in zip(flags[::2], flags[1::2])}))
+
+
 def test_gaussian_kl_worked_numbers():
     pc = load_script("ppo_continuous")
     # KL[N(0, 1) || N(1, 2^2)] = log 2 + (1 + 1) / (2 * 4) - 1/2 = 0.443147; a second, unchanged dimension adds 0.
