@@ -297,4 +297,10 @@ def test_table1_is_recomputed_from_the_committed_events(tmp_path):
     assert (tmp_path / "table1.md").read_text() == (folder / "table1.md").read_text()
     # The README quotes the random policy's figures that the table normalises with.
     assert "| HalfCheetah-v5 | -282.49 | " in (folder / "table1.md").read_text()
+    # The index's row quotes the table's scores and run counts as they are now.
+    (row,) = [line for line in (RESULTS / "README.md").read_text().splitlines() if line.startswith("| [table1/]")]
+    quoted = re.findall(r"(?<![\d.])\d+\.\d+(?![\d.])", row)
+    assert quoted and all(f" {score} " in (folder / "table1.md").read_text() for score in quoted), row
+    for runs in re.findall(r"(\d+ of 21) runs", row):
+        assert f"{runs.replace(' of ', ' (of ')})" in (folder / "table1.md").read_text(), row
 
