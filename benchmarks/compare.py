@@ -62,14 +62,14 @@ queue, between sessions) does not count, and each episode is placed on that runn
 """
 
 import argparse
-import logging
 import math
 import re
+import struct
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 from scipy import stats
@@ -138,6 +138,13 @@ DIAGNOSTICS = [("losses/value_loss", "value loss (last minibatch)"),
                ("losses/clipfrac", "clip fraction (iteration mean)"),
                ("losses/entropy", "entropy (last minibatch)"),
                ("losses/explained_variance", "explained variance")]
+
+
+class ScalarEvent(NamedTuple):
+    """One logged point of a scalar tag."""
+    step: int
+    wall_time: float
+    value: float
 
 
 class CompareError(Exception):
@@ -294,14 +301,29 @@ def configuration(run):
     return {k: v for k, v in run.hparams.items() if k not in NOT_CONFIGURATION}
 
 
+def read_events(path):
+    """The Event records of one TensorBoard event file, in order. Their checksums are not verified:
+    tensorboard's pure-Python CRC made reading a results folder take minutes. A torn last record, as a kill
+    mid-write leaves, ends the file, as it does for TensorBoard."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    data = Path(path).read_bytes()
+    pos = 0
+    while pos + 12 <= len(data):  # a record: length (8 bytes), its CRC (4), the Event, the Event's CRC (4)
+        (length,) = struct.unpack_from("<Q", data, pos)
+        start = pos + 12
+        if start + length + 4 > len(data):
+            return
+        yield Event.FromString(data[start:start + length])
+        pos = start + length + 4
+
+
 def process_spans(run_dir):
     """(first, last) event time of each event file of a run, sorted: one per process that trained it (a run
     resumed twice has three). The gaps between them are time the run was stopped."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
     spans = []
     for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        times = [event.wall_time for event in EventFileLoader(str(path)).Load()]
+        times = [event.wall_time for event in read_events(path)]
         if times:
             spans.append((min(times), max(times)))
     return sorted(spans)
@@ -332,28 +354,31 @@ def training_clock(spans):
 
 def load_events(run_dir):
     """(episode scalar events, SPS events, first event time, last event time, hyperparameters text,
-    diagnostics {tag: events}) of one run directory."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    diagnostics {tag: events}) of one run directory, read as TensorBoard's EventAccumulator reads it (its
+    event files in name order, every point kept), with its rule for a resumed run: a process that starts again
+    at its checkpoint's step writes a SessionLog START there (the scripts' purge_step), and what the stopped
+    process logged from that step on is dropped."""
+    from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    # A resumed run's event file starts again from its checkpoint's step, and TensorBoard drops what the stopped
-    # process logged past it: meant (the scripts' purge_step), so not worth the warning it logs per resume.
-    logging.getLogger("tensorboard").setLevel(logging.ERROR)
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every point
-    acc.Reload()
-    tags = acc.Tags().get("scalars", [])
-    hparams = ""
-    if HPARAMS_TAG in acc.Tags().get("tensors", []):
-        texts = acc.Tensors(HPARAMS_TAG)[0].tensor_proto.string_val
-        hparams = texts[0].decode("utf-8", "replace") if texts else ""
-    episodes = acc.Scalars(RETURN_TAG) if RETURN_TAG in tags else []
-    sps = acc.Scalars(SPS_TAG) if SPS_TAG in tags else []
-    diagnostics = {tag: acc.Scalars(tag) for tag, _ in DIAGNOSTICS if tag in tags}
-    last = max([e.wall_time for tag in tags for e in acc.Scalars(tag)[-1:]], default=math.nan)
-    try:
-        first = acc.FirstEventTimestamp()
-    except ValueError:
-        first = math.nan
-    return episodes, sps, first, last, hparams, diagnostics
+    scalars, texts, first = {}, {}, math.nan  # tag -> [ScalarEvent], tag -> [(step, text)]
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        for event in read_events(path):
+            if math.isnan(first):
+                first = event.wall_time
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                for series in (*scalars.values(), *texts.values()):
+                    series[:] = [e for e in series if e[0] < event.step]
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, []).append(ScalarEvent(event.step, event.wall_time,
+                                                                         value.simple_value))
+                elif value.HasField("tensor"):
+                    texts.setdefault(value.tag, []).append((event.step, value.tensor.string_val))
+    hparams = texts.get(HPARAMS_TAG, [(0, [])])[0][1]
+    hparams = hparams[0].decode("utf-8", "replace") if hparams else ""
+    diagnostics = {tag: scalars[tag] for tag, _ in DIAGNOSTICS if tag in scalars}
+    last = max([series[-1].wall_time for series in scalars.values() if series], default=math.nan)
+    return scalars.get(RETURN_TAG, []), scalars.get(SPS_TAG, []), first, last, hparams, diagnostics
 
 
 def find_runs(logdirs, default_script="runs", include_unfinished=False, envs=None, variants=None):

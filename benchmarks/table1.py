@@ -44,8 +44,8 @@ SETTINGS = {
 
 
 def table(logdirs, random, resamples=2000, seed=0):
-    runs = [r for r in compare.find_runs(logdirs) if r.script == "ppo_continuous" and r.env in ENVS
-            and r.variant in SETTINGS]
+    runs = [r for r in compare.find_runs(logdirs, envs=ENVS, variants=list(SETTINGS))
+            if r.script == "ppo_continuous"]
     returns = {}  # (variant, env) -> [run returns]
     for r in sorted(runs, key=lambda r: (r.variant, r.env, r.seed)):
         returns.setdefault((r.variant, r.env), []).append(compare.run_return(r.returns))

@@ -244,7 +244,9 @@ def test_bf16_runs_every_forward_pass_in_bfloat16_and_hands_the_loss_float32(fla
 
     monkeypatch.setattr(pa.Agent, "features", spy_features)
     monkeypatch.setattr(pa.Agent, "get_action_and_value", spy_heads)
-    code, err, _ = main_in_process(pa, [*TINY, *flag, "--save-model", "--no-progress"], tmp_path, monkeypatch, capsys)
+    one_iteration = ["--total-timesteps", 256, "--num-envs", 2, "--num-steps", 128, "--no-cuda"]  # bf16: slow on a CPU
+    code, err, _ = main_in_process(pa, [*one_iteration, *flag, "--save-model", "--no-progress"], tmp_path, monkeypatch,
+                                   capsys)
     assert code == 0, err
     assert {mode for mode, _ in features} == {True, False}  # rollout and update both seen
     assert {dtype for _, dtype in features} == {network_dtype}

@@ -725,6 +725,57 @@ def test_compare_counts_the_training_time_of_a_resumed_run(tmp_path, monkeypatch
     assert 1.0 <= run.times[10] - run.times[9] < 1.5  # the hour is left out; the second process's lead-in is not
 
 
+def test_compare_reads_the_events_as_tensorboard_does(tmp_path):
+    """compare.py's own reader of the event files gives what TensorBoard's EventAccumulator gives: every point of
+    every tag, the hyperparameters text, and for a resumed run the purge of what the stopped process logged from
+    the resumed one's first step on (its purge_step); a torn last record, as a kill mid-write leaves, ends the
+    file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = tmp_path / "runs" / "CartPole-v1__default__1__100"
+    writer = SummaryWriter(str(run_dir))
+    writer.add_text("hyperparameters", "first process")
+    for step in range(100, 1001, 100):
+        writer.add_scalar(compare.RETURN_TAG, step / 100, step)
+        writer.add_scalar(compare.SPS_TAG, step + 0.5, step)
+        writer.add_scalar("losses/value_loss", -step, step)
+    writer.close()
+    writer = SummaryWriter(str(run_dir), purge_step=500)  # resumed from a checkpoint at step 500
+    writer.add_text("hyperparameters", "second process")
+    for step in range(500, 901, 50):
+        writer.add_scalar(compare.RETURN_TAG, -step / 100, step)
+    writer.close()
+
+    def points(events):
+        return [(e.step, e.wall_time, e.value) for e in events]
+
+    def as_tensorboard_reads_it():
+        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+        acc.Reload()
+        last = max(acc.Scalars(tag)[-1].wall_time for tag in acc.Tags()["scalars"] if acc.Scalars(tag))
+        return (points(acc.Scalars(compare.RETURN_TAG)), points(acc.Scalars(compare.SPS_TAG)),
+                points(acc.Scalars("losses/value_loss")), acc.FirstEventTimestamp(), last,
+                acc.Tensors(compare.HPARAMS_TAG)[0].tensor_proto.string_val[0].decode())
+
+    def as_compare_reads_it():
+        episodes, sps, first, last, hparams, diagnostics = compare.load_events(run_dir)
+        return points(episodes), points(sps), points(diagnostics["losses/value_loss"]), first, last, hparams
+
+    read = as_compare_reads_it()
+    assert read == as_tensorboard_reads_it()
+    assert [step for step, _, _ in read[0]] == [100, 200, 300, 400, *range(500, 901, 50)]
+    assert [value for _, _, value in read[0]][3:5] == [4.0, -5.0]  # step 500 as the resumed process logged it
+    assert [step for step, _, _ in read[1]] == [step for step, _, _ in read[2]] == [100, 200, 300, 400]
+    assert read[1][0][2] == 100.5 and read[5] == "first process"
+
+    last_file = sorted(run_dir.glob("events.out.tfevents.*"))[-1]
+    last_file.write_bytes(last_file.read_bytes()[:-3])  # the last return's record torn
+    torn = as_compare_reads_it()
+    assert torn == as_tensorboard_reads_it()
+    assert torn[0] == read[0][:-1] and torn[1:3] == read[1:3]
+
+
 def test_clip_gif_makes_a_small_gif_or_refuses(tmp_path):
     spec = importlib.util.spec_from_file_location("clip_gif", REPO / "benchmarks" / "clip_gif.py")
     clip_gif = importlib.util.module_from_spec(spec)
