@@ -205,15 +205,14 @@ def read_returns(run_dir):
     """(steps, returns, last step logged) of a run so far. A resumed run's event file starts again from its
     checkpoint: the scripts open it with TensorBoard's purge_step, which the file records as its first session
     event, and what earlier files logged from that step on was redone, so it is dropped (as TensorBoard does)."""
-    # The legacy loader yields the events as written (scalars in simple_value), without TensorBoard's upgrade.
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from compare import read_events  # the events as written, fast enough to read at every poll
     from tensorboard.compat.proto.event_pb2 import SessionLog
 
     events = []  # (step, return or None): every scalar event, a return where it is one
     for path in sorted(Path(run_dir).glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime):
         here, cut = [], None
         try:
-            for event in LegacyEventFileLoader(str(path)).Load():
+            for event in read_events(path):
                 if event.HasField("session_log") and event.session_log.status == SessionLog.START:
                     cut = event.step if cut is None else cut
                 for value in event.summary.value:
