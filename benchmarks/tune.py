@@ -202,29 +202,17 @@ def script_settings(module, argv):
 
 
 def read_returns(run_dir):
-    """(steps, returns, last step logged) of a run so far. A resumed run's event file starts again from its
-    checkpoint: the scripts open it with TensorBoard's purge_step, which the file records as its first session
-    event, and what earlier files logged from that step on was redone, so it is dropped (as TensorBoard does)."""
-    from compare import read_events  # the events as written, fast enough to read at every poll
-    from tensorboard.compat.proto.event_pb2 import SessionLog
+    """(steps, returns, last step logged) of a run so far, read as compare.py reads a finished run (a resumed
+    run's redone steps count once). A run folder that a restarted sweep wipes while it is read has no returns."""
+    from compare import load_events
 
-    events = []  # (step, return or None): every scalar event, a return where it is one
-    for path in sorted(Path(run_dir).glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime):
-        here, cut = [], None
-        try:
-            for event in read_events(path):
-                if event.HasField("session_log") and event.session_log.status == SessionLog.START:
-                    cut = event.step if cut is None else cut
-                for value in event.summary.value:
-                    cut = event.step if cut is None else cut
-                    here.append((event.step, value.simple_value if value.tag == RETURN_TAG else None))
-        except Exception:  # a file being written: what was read so far counts
-            pass
-        if cut is not None:
-            events = [e for e in events if e[0] < cut] + here
-    steps = np.array([s for s, r in events if r is not None], dtype=np.int64)
-    returns = np.array([r for _, r in events if r is not None], dtype=float)
-    return steps, returns, max((s for s, _ in events), default=0)
+    try:
+        episodes, sps, *_ = load_events(Path(run_dir))
+    except OSError:
+        episodes, sps = [], []
+    steps = np.array([e.step for e in episodes], dtype=np.int64)
+    returns = np.array([e.value for e in episodes], dtype=float)
+    return steps, returns, max([series[-1].step for series in (episodes, sps) if series], default=0)
 
 
 def score_at(steps, returns, step):
