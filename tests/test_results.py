@@ -303,4 +303,11 @@ def test_table1_is_recomputed_from_the_committed_events(tmp_path):
     assert quoted and all(f" {score} " in (folder / "table1.md").read_text() for score in quoted), row
     for runs in re.findall(r"(\d+ of 21) runs", row):
         assert f"{runs.replace(' of ', ' (of ')})" in (folder / "table1.md").read_text(), row
+    # The folder's README counts, per setting, the runs the table has, and lists each of them.
+    table = dict(re.findall(r"^\| (.+?) \(`[^`]+`\) \|.*\| (\d+)(?: \(of 21\))? \|$", (folder / "table1.md").read_text(), re.M))
+    readme = (folder / "README.md").read_text()
+    counted = dict(re.findall(r"^\| (.+?) \| [^|]* \| (?:training: )?(\d+) of 21 finished \|$", readme, re.M))
+    assert counted and all(table[label] == n for label, n in counted.items()), counted
+    for label, n in counted.items():
+        assert len(re.findall(rf"^\| \S+-v5 \| {re.escape(label)} \| [123] \| ", readme, re.M)) == int(n), label
 
