@@ -69,7 +69,6 @@ import layout  # noqa: E402  (where benchmarks/sweep.sh puts each run)
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEP = REPO / "benchmarks" / "sweep.sh"
-RETURN_TAG = "charts/episodic_return"
 WINDOW = 100  # episodes in a run's score
 PROG = "tune.py"
 
