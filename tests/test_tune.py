@@ -99,7 +99,7 @@ def wait_for(predicate, proc, timeout=180):
 
 
 def test_a_stopped_or_killed_worker_leaves_its_trial_to_be_resumed_not_failed(tmp_path):
-    steps = 40960
+    steps = 12288
     args = tune_args(tmp_path, "--pruner", "none", trials=1, steps=steps, extra=["--checkpoint-every", "2"])
     folder = tmp_path / "s"
 
