@@ -89,6 +89,13 @@ def test_a_study_finishes_and_reports_every_trial_on_the_same_seeds(tmp_path):
     assert len(trials(folder)) == 3
 
 
+def log_text(seed_dir):
+    try:
+        return (seed_dir / "log.txt").read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def wait_for(predicate, proc, timeout=180):
     deadline = time.time() + timeout
     while not predicate():
@@ -118,7 +125,8 @@ def test_a_stopped_or_killed_worker_leaves_its_trial_to_be_resumed_not_failed(tm
     # Killed outright while it runs the resumed trial: its sweep stops the runs with checkpoints, and lets the
     # trial's lock go once they have exited.
     proc = start(*args)
-    wait_for(lambda: any("# resuming from " in (d / "log.txt").read_text() for d in seed_dirs(folder, 0)), proc)
+    # A seed that had no checkpoint yet starts over: the sweep wipes and rewrites its log while this polls.
+    wait_for(lambda: any("# resuming from " in log_text(d) for d in seed_dirs(folder, 0)), proc)
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
