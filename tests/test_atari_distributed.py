@@ -26,10 +26,14 @@ BATCH = 64
 def torchrun(*args, cwd, nproc=2, timeout=300, popen=False):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            *map(str, args)]
+    # torchrun leaves an empty torchelastic_* folder in the temp dir at each launch: keep them out of /tmp
+    scratch = Path(cwd).parent / f"{Path(cwd).name}-tmp"
+    scratch.mkdir(exist_ok=True)
+    env = script_env(TMPDIR=scratch)
     if popen:
-        return subprocess.Popen(cmd, cwd=cwd, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
-    return subprocess.run(cmd, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def python(*args, cwd, timeout=300):
