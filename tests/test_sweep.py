@@ -4,7 +4,8 @@
 - a sweep killed outright (SIGKILL to its process group, as when its node dies) and started again resumes its
   unfinished run from the run's checkpoint, and finishes every run;
 - a sweep stopped with SIGTERM passes the signal on, so the run checkpoints its last whole iteration, and
-  resumes from exactly there;
+  resumes from exactly there; so does a run of two processes under torchrun, whose log then says that
+  torchrun's traceback is its answer to the stop;
 - Slurm mode on a real single-node Slurm started here: a job array runs, and a task warned before its time
   limit (USR1 to its batch shell) checkpoints, requeues itself, and its requeued task finishes the run.
 
@@ -50,10 +51,11 @@ def sweep(*args, env=None, timeout=300):
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})}, cwd=REPO)
 
 
-def start_sweep(*args):
+def start_sweep(*args, env=None):
     """sweep.sh in the background, in a process group of its own (the group a node failure takes down)."""
     return subprocess.Popen(["bash", str(SWEEP), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, start_new_session=True, env={**os.environ, "PYTHON": sys.executable})
+                            text=True, cwd=REPO, start_new_session=True,
+                            env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
 def checkpoints(seed_dir):
@@ -285,6 +287,10 @@ def test_sweep_stopped_with_sigterm_resumes_where_it_stopped(terminated_sweep):
     # A stopped run loses only its partial rollout: the checkpoint holds the last iteration it reported.
     assert 0 < step < TOTAL and reported_steps(info["log_at_stop"])[-1] == step
     assert not info["done_at_stop"]
+    # The log's last line says the exit status above it is a stop's, and where the run goes on from.
+    assert info["log_at_stop"].endswith(
+        f"\n# stopped with a checkpoint at step {step}; it resumes from its checkpoint next time\n")
+    assert "torchrun" not in info["log_at_stop"]
 
     r = info["result"]
     assert r.returncode == 0, r.stderr
@@ -295,6 +301,40 @@ def test_sweep_stopped_with_sigterm_resumes_where_it_stopped(terminated_sweep):
     assert logged_steps(seed1) == ALL_STEPS
     # Each iteration was computed once: the two segments' progress lines add up to the run.
     assert reported_steps(log) == ALL_STEPS
+
+
+def test_sweep_stops_and_resumes_a_torchrun_run(tmp_path):
+    """--nproc-per-node 2: SIGTERM to the sweep reaches both processes through torchrun; they stop with one
+    checkpoint, the log's last lines say that torchrun's traceback is its answer to the stop, and the same
+    sweep started again resumes the run from that checkpoint and finishes it."""
+    total, batch = 2048, 64  # 2 envs x 32 steps per iteration, split across the two processes
+    args = ["-s", REPO / "ppo_atari.py", "-e", "BreakoutNoFrameskip-v4", "--seeds", "1", "--nproc-per-node", 2,
+            "-o", tmp_path / "sweeps", "--", "--no-cuda", "--total-timesteps", total, "--num-envs", 2,
+            "--num-steps", 32, "--num-minibatches", 2, "--update-epochs", 1, "--checkpoint-every", 2,
+            "--progress-interval", 0]
+    env = {"TMPDIR": str(tmp_path)}  # torchrun leaves an empty torchelastic_* folder in it at each launch
+    seed1 = tmp_path / "sweeps" / "ppo_atari" / "default" / "BreakoutNoFrameskip-v4" / "seed1"
+    proc = start_sweep(*args, env=env)
+    wait_for_checkpoint(seed1, proc)
+    proc.send_signal(signal.SIGTERM)
+    stop_out, stop_err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stop_out + stop_err
+    assert processes_in(seed1) == []
+    log = (seed1 / "log.txt").read_text()
+    stopped = re.findall(r"ppo_atari: stopped by SIGTERM at step (\d+); checkpoint saved to ", log)
+    assert len(stopped) == 1, log  # rank 0 speaks for both processes
+    step = int(stopped[0])
+    assert 0 < step < total and step % batch == 0
+    assert f"stopped  {seed1} (checkpoint at step {step}); it resumes from its checkpoint next time" in stop_out
+    assert log.endswith(f"\n# stopped with a checkpoint at step {step}; it resumes from its checkpoint next time\n"
+                        "# (the traceback above is torchrun's answer to the stop signal, not an error)\n"), log
+
+    result = sweep(*args, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (seed1 / "log.txt").read_text()
+    assert resumed_at(log) == [step] and f"ppo_atari: done, {total} steps in " in log
+    assert (seed1 / "done").exists()
+    assert reported_steps(log) == list(range(batch, step + 1, batch)) + list(range(step + batch, total + 1, batch))
 
 
 def test_a_run_another_sweep_is_running_is_left_to_it(tmp_path):
