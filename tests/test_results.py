@@ -311,3 +311,43 @@ def test_table1_is_recomputed_from_the_committed_events(tmp_path):
     for label, n in counted.items():
         assert len(re.findall(rf"^\| \S+-v5 \| {re.escape(label)} \| [123] \| ", readme, re.M)) == int(n), label
 
+
+
+def same_values(*args):
+    """benchmarks/same_values.py ARGS -> (exit status, stdout)."""
+    spec = importlib.util.spec_from_file_location("same_values", REPO / "benchmarks" / "same_values.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = module.main([*map(str, args)])
+    return status, out.getvalue()
+
+
+def the_run(folder):
+    """The one TensorBoard run folder of a run kept under benchmarks/results/."""
+    (run_dir,) = (RESULTS / folder).glob("**/runs/*/")
+    return run_dir
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("atari_10m/lost_run_1", "same_seed/one_process", True),  # one process, two machines with AVX-512
+    ("same_seed/one_process", "same_seed/one_process_avx2", False),  # one machine, oneDNN held to AVX2
+    ("atari_10m/lost_run_3", "same_seed/torchrun", False),  # an AVX2-only CPU against AVX-512
+    ("atari_10m/lost_run_3", "same_seed/torchrun_avx2", True),  # ... with oneDNN held to AVX2
+    ("same_seed/continuous_default", "same_seed/continuous_onednn_sse41", True),
+    ("same_seed/continuous_default", "same_seed/continuous_mkl_sse4_2", True),
+])
+def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
+    """same_seed/README.md's comparisons, recomputed from the committed events: the values agree, or the first
+    update already differs; the README quotes what same_values.py says. The Atari runs here are shorter than
+    the ones they are compared with (--prefix); the MLP runs are whole."""
+    prefix = [] if a.startswith("same_seed/continuous") else ["--prefix"]
+    status, out = same_values(*prefix, the_run(a), the_run(b))
+    readme = (RESULTS / "same_seed" / "README.md").read_text()
+    if same:
+        assert status == 0, out
+        assert out.split("same values: ")[1].split(" up to ")[0].split(" (")[0] in readme, out
+    else:
+        assert status == 1 and re.search(r"^losses/value_loss: \d+ and \d+ points, first difference at point 0$",
+                                         out, re.M), out
