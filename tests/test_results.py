@@ -5,7 +5,8 @@ Each folder of benchmarks/results/ with a comparison.md says in its README.md th
 temporary folder) on the TensorBoard events committed in the folder, and:
 - the regenerated comparison equals the committed comparison.md (its plot links aside);
 - every figure the folder's README quotes (mean ± std, and bracketed intervals) is in the regenerated table,
-  except in a paragraph that starts with "**Superseded", which keeps figures of an earlier run for the record;
+  except in a paragraph that starts with "**Superseded", which keeps figures of an earlier run for the record,
+  or with "**Published", which quotes other projects' figures with their sources;
 - every figure that benchmarks/results/README.md (the index) and the top-level README.md quote for the folder
   is in it too.
 A folder whose events are not in the repository must say so in its README ("not recomputable from the
@@ -48,8 +49,9 @@ def figures(text):
 
 
 def current_text(readme):
-    """A README without its paragraphs of superseded figures (those that start with "**Superseded")."""
-    return "\n\n".join(p for p in readme.split("\n\n") if not p.lstrip().startswith("**Superseded"))
+    """A README without its paragraphs of superseded figures (those that start with "**Superseded") and of other
+    projects' published figures (those that start with "**Published")."""
+    return "\n\n".join(p for p in readme.split("\n\n") if not p.lstrip().startswith(("**Superseded", "**Published")))
 
 
 def recomputable(folder):
