@@ -148,8 +148,11 @@ run_one() {
     # INT: after Ctrl-C the run has the terminal's SIGINT already, and a second SIGINT would exit at once.
     # USR1 is Slurm's warning before the time limit (--signal=B:USR1@SECS): stop, and requeue the task below.
     # torchrun passes TERM on to its workers, while USR1 would kill it outright: it gets TERM for both.
-    local torchrun=0 warning=USR1
-    [[ " $* " != *" torch.distributed.run "* ]] || torchrun=1 warning=TERM
+    local torchrun=0 warning=USR1 log_start
+    if [[ " $* " == *" torch.distributed.run "* ]]; then
+        torchrun=1 warning=TERM
+    fi
+    log_start=$(wc -c <"$log")  # where this process's output starts in the log
     pid="" stopping=0 requeue=0
     trap 'stopping=1; [ -z "$pid" ] || kill -TERM "$pid" 2>/dev/null' TERM INT
     trap 'stopping=1 requeue=1; [ -z "$pid" ] || kill -$warning "$pid" 2>/dev/null' USR1
@@ -174,11 +177,12 @@ run_one() {
         IFS=$'\t' read -r ckpt at < <("$python" "$LAYOUT" checkpoint "$dir")
         [ -z "$ckpt" ] || next="it resumes from its checkpoint next time"
         echo "$PROG: stopped  ${dir}${at:+ (checkpoint at step $at)}; $next"
-        # The log's last word: the non-zero exit status above is a stop's, not a failure (torchrun also answers
-        # the stop signal with a traceback of its own, SignalException).
+        # Say in the log that the non-zero exit above is a stop, not a failure (a Slurm requeue note may follow),
+        # and that a traceback of torchrun's own, raised when the stop signal reached it, is not an error.
         printf '# stopped%s; %s\n' "${at:+ with a checkpoint at step $at}" "$next" >>"$log"
-        [ "$torchrun" -eq 0 ] ||
-            printf '# (the traceback above is torchrun'"'"'s answer to the stop signal, not an error)\n' >>"$log"
+        if [ "$torchrun" -eq 1 ] && grep -q 'SignalException: Process' < <(tail -c +$((log_start + 1)) -- "$log"); then
+            echo "# (the traceback above is torchrun's answer to the stop signal, not an error)" >>"$log"
+        fi
         # ---- Slurm: requeue a task that Slurm warned of its time limit; the requeued task resumes above.
         # (A preempted task is requeued by Slurm itself; a cancelled one, also sent TERM, must stay cancelled.)
         # Only if its checkpoint moved on: a task whose time runs out before one whole iteration would
