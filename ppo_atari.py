@@ -115,7 +115,7 @@ class Args:
     exp_name: str = SCRIPT
     """name of this experiment, part of the run name"""
     seed: int = 1
-    """seed of the run: same seed, same curve on CPUs of one instruction set (see the README), either env path"""
+    """seed of the run: same seed on CPU, same curve (either env path; across AVX-512 and AVX2 CPUs: see README)"""
     torch_deterministic: bool = True
     """make cuDNN deterministic (only matters with --cuda)"""
     cuda: bool = True
