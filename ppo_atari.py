@@ -115,7 +115,7 @@ class Args:
     exp_name: str = SCRIPT
     """name of this experiment, part of the run name"""
     seed: int = 1
-    """seed of the run: same seed on CPU, same curve (either env path; across AVX-512 and AVX2 CPUs: see README)"""
+    """seed of the run: same seed on CPU, same curve (either env path; on one CPU model: see README)"""
     torch_deterministic: bool = True
     """make cuDNN deterministic (only matters with --cuda)"""
     cuda: bool = True

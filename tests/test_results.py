@@ -341,17 +341,37 @@ def the_run(folder):
     ("same_seed/continuous_default", "same_seed/continuous_onednn_sse41", True),
     ("same_seed/continuous_default", "same_seed/continuous_mkl_avx2", True),
     ("same_seed/continuous_default", "same_seed/continuous_mkl_sse4_2", True),
+    # intel_xeon/: another CPU model, an Intel Xeon, against the AMD EPYC and itself
+    ("same_seed/intel_xeon/one_process", "same_seed/one_process", False),
+    ("same_seed/intel_xeon/one_process_avx2", "same_seed/one_process_avx2", False),  # oneDNN held to AVX2 on both
+    ("same_seed/intel_xeon/one_process_avx2", "same_seed/intel_xeon/one_process", False),  # the cap changes values here
+    ("same_seed/intel_xeon/one_process_avx2_mkl_aten", "same_seed/intel_xeon/one_process_avx2", True),  # no change
+    ("same_seed/intel_xeon/one_process_avx2_cbwr", "same_seed/intel_xeon/one_process_avx2", True),  # nor MKL_CBWR
+    ("same_seed/intel_xeon/one_process_avx2_mkl_aten", "same_seed/one_process_avx2", False),  # all: not AMD's
+    ("same_seed/intel_xeon/torchrun", "same_seed/torchrun", False),
+    ("same_seed/intel_xeon/torchrun_avx2", "same_seed/torchrun_avx2", False),
+    ("same_seed/intel_xeon/torchrun_avx512_core_bf16", "same_seed/torchrun", False),  # AMD's oneDNN level
+    ("same_seed/intel_xeon/continuous_aten_avx2", "same_seed/intel_xeon/continuous_default", True),
+    ("same_seed/intel_xeon/continuous_default", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_aten_avx2", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/continuous_default", False),
 ])
 def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
     """same_seed/README.md's comparisons, recomputed from the committed events: the values agree, or the first
     update already differs; the README quotes what same_values.py says. The Atari runs here are shorter than
     the ones they are compared with (--prefix); the MLP runs are whole."""
-    prefix = [] if a.startswith("same_seed/continuous") else ["--prefix"]
+    prefix = [] if "/continuous_" in a else ["--prefix"]
     status, out = same_values(*prefix, the_run(a), the_run(b))
     readme = (RESULTS / "same_seed" / "README.md").read_text()
     if same:
         assert status == 0, out
         assert f"same values: {out.split('same values: ')[1].split(' (')[0]}" in readme, out  # as the README says
     else:
-        assert status == 1 and re.search(r"^losses/value_loss: \d+ and \d+ points, first difference at point 0$",
-                                         out, re.M), out
+        assert status == 1 and re.search(r"^losses/\w+: \d+ and \d+ points, first difference at point 0$",
+                                         out, re.M), out  # the first update already differs
