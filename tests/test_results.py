@@ -361,12 +361,28 @@ def the_run(folder):
     ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/continuous_default", False),
     ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/continuous_default", False),
     ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_onednn_avx2", "same_seed/intel_xeon/continuous_default", True),
+    ("same_seed/intel_xeon/continuous_onednn_sse41", "same_seed/intel_xeon/continuous_default", True),
+    ("same_seed/intel_xeon/discrete_onednn_avx2", "same_seed/intel_xeon/discrete_default", True),
+    ("same_seed/intel_xeon/discrete_onednn_sse41", "same_seed/intel_xeon/discrete_default", True),
+    ("same_seed/intel_xeon/discrete_aten_avx2", "same_seed/intel_xeon/discrete_default", True),
+    ("same_seed/intel_xeon/discrete_mkl_avx2", "same_seed/intel_xeon/discrete_default", False),
+    ("same_seed/intel_xeon/discrete_mkl_sse4_2", "same_seed/intel_xeon/discrete_default", False),
+    ("same_seed/intel_xeon/discrete_mkl_cbwr_compatible", "same_seed/intel_xeon/discrete_default", False),
+    ("same_seed/intel_xeon/discrete_aten_default", "same_seed/intel_xeon/discrete_default", False),
 ])
 def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
     """same_seed/README.md's comparisons, recomputed from the committed events: the values agree, or the first
     update already differs; the README quotes what same_values.py says. The Atari runs here are shorter than
-    the ones they are compared with (--prefix); the MLP runs are whole."""
-    prefix = [] if "/continuous_" in a else ["--prefix"]
+    the ones they are compared with (--prefix); the MLP runs (continuous_, discrete_) are whole."""
+    prefix = [] if "/continuous_" in a or "/discrete_" in a else ["--prefix"]
     status, out = same_values(*prefix, the_run(a), the_run(b))
     readme = (RESULTS / "same_seed" / "README.md").read_text()
     if same:
