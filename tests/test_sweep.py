@@ -403,13 +403,18 @@ def test_slurm_task_is_requeued_only_when_its_run_moved_on(tmp_path):
     stopped = re.search(r"ppo_discrete: stopped by SIGUSR1 at step (\d+);", attempt)
     assert stopped and int(stopped.group(1)) > 0, attempt
     assert "requeueing Slurm task 7_0" in out and calls.read_text() == "requeue 7_0\n"
+    # The log says, in this order, that the stop kept a checkpoint and that the task was requeued.
+    assert attempt.endswith(f"\n# stopped with a checkpoint at step {stopped.group(1)}; it resumes from its checkpoint "
+                            "next time\n# requeueing Slurm task 7_0\n"), attempt
     # The requeued task, warned before it finished an iteration: it stops where it resumed, and is not requeued.
     out, attempt = task_warned(lambda text: "resuming at step" in text)
     step = stopped.group(1)
     assert f"resuming at step {step};" in attempt and f"ppo_discrete: stopped by SIGUSR1 at step {step};" in attempt
     assert f"not requeueing Slurm task 7_0: its time ran out at step {step}, where it started, before one whole " \
            "iteration; give it a longer --slurm-time" in out, out
-    assert "# not requeueing Slurm task 7_0" in attempt
+    assert attempt.endswith(f"\n# stopped with a checkpoint at step {step}; it resumes from its checkpoint next time\n"
+                            f"# not requeueing Slurm task 7_0: its time ran out at step {step}, where it started, "
+                            "before one whole iteration; give it a longer --slurm-time\n"), attempt
     assert calls.read_text() == "requeue 7_0\n"  # not called again
 
 
