@@ -391,3 +391,29 @@ def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
     else:
         assert status == 1 and re.search(r"^losses/\w+: \d+ and \d+ points, first difference at point 0$",
                                          out, re.M), out  # the first update already differs
+
+
+_monitor_spec = importlib.util.spec_from_file_location("monitor_milestones", REPO / "benchmarks" / "monitor_milestones.py")
+monitor_milestones = importlib.util.module_from_spec(_monitor_spec)
+_monitor_spec.loader.exec_module(monitor_milestones)
+
+
+@pytest.mark.parametrize("game", ["Breakout", "Pong"])
+def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
+    """atari_10m/README.md's row for the SB3 zoo's run of each game: monitor_milestones.py, run again by the
+    README's command on the committed Monitor files, prints the same steps and the same last-100 score."""
+    raw = (RESULTS / "atari_10m" / "README.md").read_text()
+    readme = normalize(raw)  # its minus signs as the script prints them (not the command: its commas stay)
+    (command,) = [line for line in raw.splitlines()
+                  if line.startswith("python benchmarks/monitor_milestones.py") and f"/{game}NoFrameskip" in line]
+    out = io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
+        assert monitor_milestones.main(shlex.split(command)[2:]) == 0
+    printed = out.getvalue()
+    steps = re.findall(r"^-?[\d.]+: (\S+) steps$", printed, re.M)
+    (last,) = re.findall(r"^last 100 games: (-?\d+\.\d+)$", printed, re.M)
+    header = next(line for line in readme.splitlines() if line.startswith(f"| {game} |"))
+    assert [c.strip() for c in header.split("|")[2:-2]] == re.findall(r"^(-?[\d.]+):", printed, re.M)
+    row = next(line for line in readme.splitlines() if line.startswith("| SB3 zoo PPO") and
+               readme.index(line) > readme.index(header))
+    assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed

@@ -1,0 +1,83 @@
+"""Where a published run's learning curve reaches given scores, read from the Monitor files of its envs.
+
+    python benchmarks/monitor_milestones.py FOLDER --milestones 100,200,300 [--frameskip 4] [--window 100]
+
+Stable-Baselines3 (and its RL Zoo) write one `N.monitor.csv` per env of a vectorised run: a JSON comment line,
+then `r,l,t`, then one line per whole game: its return, its length in the frames of the env the Monitor wraps
+(for Atari, the emulator's: NoFrameskip), and the seconds since the start. The envs step in lockstep, so a game
+that ends at env N's F-th frame ends at about agent step (number of envs) * F / frameskip of the whole run. The
+frames of resets (no-ops, FIRE) count too, so these steps run slightly ahead of the agent's; the line "frames /
+frameskip" says by how much over the whole run. The games of all envs are put in that order, and the score at a
+game is the mean of the last --window games, as `compare.py --milestones` computes it for our runs. Prints the
+games read, the final score (the mean of the last --window games), and the step where the score first reaches
+each milestone ("not reached" if never). Exits 2 with one error line on bad input.
+"""
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import fmt_steps, milestone_scores, trailing_mean  # noqa: E402
+
+
+def read_monitors(folder):
+    """[(steps of each game's end in its env's frames, returns)] per env file, in file order 0, 1, 2, ..."""
+    files = sorted(Path(folder).glob("*.monitor.csv"), key=lambda p: int(p.name.split(".")[0]))
+    if not files:
+        raise ValueError(f"no N.monitor.csv files in {folder}")
+    envs = []
+    for path in files:
+        with path.open() as f:
+            if not f.readline().startswith("#"):
+                raise ValueError(f"{path}: not a Monitor file (its first line is not the '#{{...}}' header)")
+            rows = list(csv.DictReader(f))
+        if not rows or not {"r", "l"} <= set(rows[0]):
+            raise ValueError(f"{path}: no games with r and l columns")
+        envs.append((np.cumsum([int(r["l"]) for r in rows]), np.array([float(r["r"]) for r in rows])))
+    return envs
+
+
+def curve(envs, frameskip):
+    """(steps, returns) of every game of every env, in the order the games ended in the run."""
+    steps = np.concatenate([len(envs) * frames / frameskip for frames, _ in envs])
+    returns = np.concatenate([r for _, r in envs])
+    order = np.argsort(steps, kind="stable")
+    return steps[order], returns[order]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("folder", help="the folder of a run's N.monitor.csv files")
+    p.add_argument("--milestones", type=milestone_scores, default=(),
+                   help="scores, comma-separated: where the curve first reaches each")
+    p.add_argument("--frameskip", type=int, default=4, help="frames per agent step (default: %(default)s)")
+    p.add_argument("--window", type=int, default=100, help="games per score (default: %(default)s)")
+    args = p.parse_args(argv)
+    if args.frameskip < 1 or args.window < 1:
+        p.error("--frameskip and --window must be positive")
+    try:
+        envs = read_monitors(args.folder)
+    except (OSError, ValueError) as e:
+        print(f"monitor_milestones.py: error: {e}", file=sys.stderr)
+        return 2
+    steps, returns = curve(envs, args.frameskip)
+    if len(returns) < args.window:
+        print(f"monitor_milestones.py: error: {len(returns)} games, fewer than --window {args.window}", file=sys.stderr)
+        return 2
+    means = trailing_mean(returns, args.window)[args.window - 1:]
+    print(f"{len(envs)} envs, {len(returns)} games; frames / frameskip: {sum(f[-1] for f, _ in envs) / args.frameskip:.0f}")
+    print(f"last {args.window} games: {returns[-args.window:].mean():.2f}")
+    for score in args.milestones:
+        hit = np.flatnonzero(means >= score)
+        print(f"{score:g}: " + (f"{fmt_steps(int(steps[hit[0] + args.window - 1]))} steps" if hit.size else "not reached"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
