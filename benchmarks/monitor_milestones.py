@@ -1,6 +1,6 @@
 """Where a published run's learning curve reaches given scores, read from the Monitor files of its envs.
 
-    python benchmarks/monitor_milestones.py FOLDER --milestones 100,200,300 [--frameskip 4] [--window 100]
+    python benchmarks/monitor_milestones.py FOLDER --milestones 100,200,300 [--at 1e6,2e6] [--frameskip 4]
 
 Stable-Baselines3 (and its RL Zoo) write one `N.monitor.csv` per env of a vectorised run: a JSON comment line,
 then `r,l,t`, then one line per whole game: its return, its length in the frames of the env the Monitor wraps
@@ -9,8 +9,9 @@ that ends at env N's F-th frame ends at about agent step (number of envs) * F / 
 frames of resets (no-ops, FIRE) count too, so these steps run slightly ahead of the agent's; the line "frames /
 frameskip" says by how much over the whole run. The games of all envs are put in that order, and the score at a
 game is the mean of the last --window games, as `compare.py --milestones` computes it for our runs. Prints the
-games read, the final score (the mean of the last --window games), and the step where the score first reaches
-each milestone ("not reached" if never). Exits 2 with one error line on bad input.
+games read, the final score (the mean of the last --window games), the step where the score first reaches
+each milestone ("not reached" if never), and with --at the score at each given step (the mean of the last
+--window games that ended by then). Exits 2 with one error line on bad input.
 """
 
 import argparse
@@ -56,6 +57,8 @@ def main(argv=None):
     p.add_argument("folder", help="the folder of a run's N.monitor.csv files")
     p.add_argument("--milestones", type=milestone_scores, default=(),
                    help="scores, comma-separated: where the curve first reaches each")
+    p.add_argument("--at", type=milestone_scores, default=(),
+                   help="steps, comma-separated (e.g. 1e6,2e6): the score at each")
     p.add_argument("--frameskip", type=int, default=4, help="frames per agent step (default: %(default)s)")
     p.add_argument("--window", type=int, default=100, help="games per score (default: %(default)s)")
     args = p.parse_args(argv)
@@ -71,11 +74,17 @@ def main(argv=None):
         print(f"monitor_milestones.py: error: {len(returns)} games, fewer than --window {args.window}", file=sys.stderr)
         return 2
     means = trailing_mean(returns, args.window)[args.window - 1:]
-    print(f"{len(envs)} envs, {len(returns)} games; frames / frameskip: {sum(f[-1] for f, _ in envs) / args.frameskip:.0f}")
+    frames = sum(f[-1] for f, _ in envs)
+    print(f"{len(envs)} envs, {len(returns)} games; frames / frameskip: {frames / args.frameskip:.0f}")
     print(f"last {args.window} games: {returns[-args.window:].mean():.2f}")
     for score in args.milestones:
         hit = np.flatnonzero(means >= score)
-        print(f"{score:g}: " + (f"{fmt_steps(int(steps[hit[0] + args.window - 1]))} steps" if hit.size else "not reached"))
+        reached = f"{fmt_steps(int(steps[hit[0] + args.window - 1]))} steps" if hit.size else "not reached"
+        print(f"{score:g}: {reached}")
+    for step in args.at:
+        ended = np.searchsorted(steps, step, side="right")  # games that ended by then
+        print(f"at {fmt_steps(int(step))}: " + (f"{returns[ended - args.window:ended].mean():.2f}"
+                                                if ended >= args.window else f"fewer than {args.window} games"))
     return 0
 
 

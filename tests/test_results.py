@@ -417,3 +417,22 @@ def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
     row = next(line for line in readme.splitlines() if line.startswith("| SB3 zoo PPO") and
                readme.index(line) > readme.index(header))
     assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed
+
+
+def test_pong_progress_rows_quote_the_sb3_zoo_at_the_same_steps():
+    """Each row of atari_10m/README.md's Pong progress table gives the SB3 zoo's score at the steps it quotes
+    ours at, as monitor_milestones.py --at computes it from the committed Monitor files."""
+    readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
+    table = readme[readme.index("Progress of the Pong run"):].split("\n\n")[1]
+    rows = [line for line in table.splitlines()[2:]]
+    assert rows
+    for row in rows:
+        ours, theirs = [c.strip() for c in row.split("|")[3:5]]
+        steps = [float(s[:-1]) * 1e3 if s.endswith("k") else float(s[:-1]) * 1e6 if s.endswith("M") else float(s)
+                 for s in re.findall(r" at ([\d.]+[kM]?)(?:;|$)", ours)]
+        assert steps, row
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / "PongNoFrameskip-v4"),
+                                            "--at", ",".join(f"{s:.0f}" for s in steps)]) == 0
+        assert theirs.split("; ") == re.findall(r"^at \S+: (-?\d+\.\d+)$", out.getvalue(), re.M), row
