@@ -436,3 +436,23 @@ def test_pong_progress_rows_quote_the_sb3_zoo_at_the_same_steps():
             assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / "PongNoFrameskip-v4"),
                                             "--at", ",".join(f"{s:.0f}" for s in steps)]) == 0
         assert theirs.split("; ") == re.findall(r"^at \S+: (-?\d+\.\d+)$", out.getvalue(), re.M), row
+
+
+@pytest.mark.parametrize("folder, row", [("lost_run_1", "ours, the first attempt"),
+                                         ("lost_run_4", "ours, the fourth start")])
+def test_breakout_milestone_rows_of_our_partial_runs(folder, row, tmp_path):
+    """atari_10m/README.md's Breakout milestone rows for our partial runs: compare.py --milestones, run on the
+    committed events, first reaches 50 and 100 where the row says, and the rest "not by" the run's end."""
+    out = io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
+        assert compare.main([f"benchmarks/results/atari_10m/{folder}", "--include-unfinished", "--no-plots",
+                             "--milestones", "50,100,150,200,300", "--out", str(tmp_path)]) == 0
+    (computed,) = [line for line in out.getvalue().splitlines()
+                   if line.startswith("| BreakoutNoFrameskip-v4 | default | 1 | ") and "(1 seed)" not in line]
+    computed = [c.strip().split(" (")[0] for c in computed.split("|")[4:-1]]
+    readme = (RESULTS / "atari_10m" / "README.md").read_text()
+    (quoted,) = [line for line in readme.splitlines() if line.startswith(f"| {row} (")]
+    quoted = [c.strip() for c in quoted.split("|")[2:7]]
+    for ours, theirs in zip(computed, quoted):
+        assert ours == theirs or (ours == "not reached" and theirs.startswith("not by")) or \
+            (ours == "not reached" and theirs == ""), (computed, quoted)
