@@ -11,7 +11,7 @@ frameskip" says by how much over the whole run. The games of all envs are put in
 game is the mean of the last --window games, as `compare.py --milestones` computes it for our runs. Prints the
 games read, the final score (the mean of the last --window games), the step where the score first reaches
 each milestone ("not reached" if never), and with --at the score at each given step (the mean of the last
---window games that ended by then). Exits 2 with one error line on bad input.
+--window games that ended by then). Exits 2 with an `error:` line on bad input.
 """
 
 import argparse
@@ -26,8 +26,9 @@ from compare import fmt_steps, milestone_scores, trailing_mean  # noqa: E402
 
 
 def read_monitors(folder):
-    """[(steps of each game's end in its env's frames, returns)] per env file, in file order 0, 1, 2, ..."""
-    files = sorted(Path(folder).glob("*.monitor.csv"), key=lambda p: int(p.name.split(".")[0]))
+    """[(the env's frames so far at each game's end, the games' returns)] per env, in file order 0, 1, 2, ..."""
+    files = sorted((p for p in Path(folder).glob("*.monitor.csv") if p.name.split(".")[0].isdigit()),
+                   key=lambda p: int(p.name.split(".")[0]))
     if not files:
         raise ValueError(f"no N.monitor.csv files in {folder}")
     envs = []
@@ -38,7 +39,11 @@ def read_monitors(folder):
             rows = list(csv.DictReader(f))
         if not rows or not {"r", "l"} <= set(rows[0]):
             raise ValueError(f"{path}: no games with r and l columns")
-        envs.append((np.cumsum([int(r["l"]) for r in rows]), np.array([float(r["r"]) for r in rows])))
+        try:
+            lengths, returns = [int(r["l"]) for r in rows], [float(r["r"]) for r in rows]
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: a game's r or l is missing or not a number") from None
+        envs.append((np.cumsum(lengths), np.array(returns)))
     return envs
 
 

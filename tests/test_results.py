@@ -332,51 +332,51 @@ def the_run(folder):
     return run_dir
 
 
-@pytest.mark.parametrize("a, b, same", [
+@pytest.mark.parametrize("a, b, same", [  # same: True, or the loss that differs at the first update
     ("atari_10m/lost_run_1", "same_seed/one_process", True),  # one process, two machines with AVX-512
-    ("same_seed/one_process", "same_seed/one_process_avx2", False),  # one machine, oneDNN held to AVX2
-    ("atari_10m/lost_run_3", "same_seed/torchrun", False),  # an AVX2-only CPU against AVX-512
+    ("same_seed/one_process", "same_seed/one_process_avx2", "value_loss"),  # one machine, oneDNN held to AVX2
+    ("atari_10m/lost_run_3", "same_seed/torchrun", "value_loss"),  # an AVX2-only CPU against AVX-512
     ("atari_10m/lost_run_3", "same_seed/torchrun_avx2", True),  # ... with oneDNN held to AVX2
     ("same_seed/continuous_default", "same_seed/continuous_onednn_avx2", True),
     ("same_seed/continuous_default", "same_seed/continuous_onednn_sse41", True),
     ("same_seed/continuous_default", "same_seed/continuous_mkl_avx2", True),
     ("same_seed/continuous_default", "same_seed/continuous_mkl_sse4_2", True),
     # intel_xeon/: another CPU model, an Intel Xeon, against the AMD EPYC and itself
-    ("same_seed/intel_xeon/one_process", "same_seed/one_process", False),
-    ("same_seed/intel_xeon/one_process_avx2", "same_seed/one_process_avx2", False),  # oneDNN held to AVX2 on both
-    ("same_seed/intel_xeon/one_process_avx2", "same_seed/intel_xeon/one_process", False),  # the cap changes values here
+    ("same_seed/intel_xeon/one_process", "same_seed/one_process", "policy_loss"),
+    ("same_seed/intel_xeon/one_process_avx2", "same_seed/one_process_avx2", "policy_loss"),  # oneDNN held to AVX2 on both
+    ("same_seed/intel_xeon/one_process_avx2", "same_seed/intel_xeon/one_process", "policy_loss"),  # the cap changes values here
     ("same_seed/intel_xeon/one_process_avx2_mkl_aten", "same_seed/intel_xeon/one_process_avx2", True),  # no change
     ("same_seed/intel_xeon/one_process_avx2_cbwr", "same_seed/intel_xeon/one_process_avx2", True),  # nor MKL_CBWR
-    ("same_seed/intel_xeon/one_process_avx2_mkl_aten", "same_seed/one_process_avx2", False),  # all: not AMD's
-    ("same_seed/intel_xeon/torchrun", "same_seed/torchrun", False),
-    ("same_seed/intel_xeon/torchrun_avx2", "same_seed/torchrun_avx2", False),
-    ("same_seed/intel_xeon/torchrun_avx512_core_bf16", "same_seed/torchrun", False),  # AMD's oneDNN level
+    ("same_seed/intel_xeon/one_process_avx2_mkl_aten", "same_seed/one_process_avx2", "policy_loss"),  # all: not AMD's
+    ("same_seed/intel_xeon/torchrun", "same_seed/torchrun", "policy_loss"),
+    ("same_seed/intel_xeon/torchrun_avx2", "same_seed/torchrun_avx2", "policy_loss"),
+    ("same_seed/intel_xeon/torchrun_avx512_core_bf16", "same_seed/torchrun", "policy_loss"),  # AMD's oneDNN level
     ("same_seed/intel_xeon/continuous_aten_avx2", "same_seed/intel_xeon/continuous_default", True),
-    ("same_seed/intel_xeon/continuous_default", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_aten_avx2", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/intel_xeon/continuous_default", False),
-    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/intel_xeon/continuous_default", False),
+    ("same_seed/intel_xeon/continuous_default", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_aten_avx2", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_aten_default", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_avx2", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_avx2_aten_avx2", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_avx2_strict", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_cbwr_compatible", "same_seed/intel_xeon/continuous_default", "policy_loss"),
+    ("same_seed/intel_xeon/continuous_mkl_sse4_2", "same_seed/intel_xeon/continuous_default", "policy_loss"),
     ("same_seed/intel_xeon/continuous_onednn_avx2", "same_seed/intel_xeon/continuous_default", True),
     ("same_seed/intel_xeon/continuous_onednn_sse41", "same_seed/intel_xeon/continuous_default", True),
     ("same_seed/intel_xeon/discrete_onednn_avx2", "same_seed/intel_xeon/discrete_default", True),
     ("same_seed/intel_xeon/discrete_onednn_sse41", "same_seed/intel_xeon/discrete_default", True),
     ("same_seed/intel_xeon/discrete_aten_avx2", "same_seed/intel_xeon/discrete_default", True),
-    ("same_seed/intel_xeon/discrete_mkl_avx2", "same_seed/intel_xeon/discrete_default", False),
-    ("same_seed/intel_xeon/discrete_mkl_sse4_2", "same_seed/intel_xeon/discrete_default", False),
-    ("same_seed/intel_xeon/discrete_mkl_cbwr_compatible", "same_seed/intel_xeon/discrete_default", False),
-    ("same_seed/intel_xeon/discrete_aten_default", "same_seed/intel_xeon/discrete_default", False),
+    ("same_seed/intel_xeon/discrete_mkl_avx2", "same_seed/intel_xeon/discrete_default", "policy_loss"),
+    ("same_seed/intel_xeon/discrete_mkl_sse4_2", "same_seed/intel_xeon/discrete_default", "policy_loss"),
+    ("same_seed/intel_xeon/discrete_mkl_cbwr_compatible", "same_seed/intel_xeon/discrete_default", "policy_loss"),
+    ("same_seed/intel_xeon/discrete_aten_default", "same_seed/intel_xeon/discrete_default", "policy_loss"),
 ])
 def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
     """same_seed/README.md's comparisons, recomputed from the committed events: the values agree, or the first
@@ -385,15 +385,16 @@ def test_same_seed_values_across_cpu_instruction_sets(a, b, same):
     prefix = [] if "/continuous_" in a or "/discrete_" in a else ["--prefix"]
     status, out = same_values(*prefix, the_run(a), the_run(b))
     readme = (RESULTS / "same_seed" / "README.md").read_text()
-    if same:
+    if same is True:
         assert status == 0, out
         assert f"same values: {out.split('same values: ')[1].split(' (')[0]}" in readme, out  # as the README says
     else:
-        assert status == 1 and re.search(r"^losses/\w+: \d+ and \d+ points, first difference at point 0$",
+        assert status == 1 and re.search(rf"^losses/{same}: \d+ and \d+ points, first difference at point 0$",
                                          out, re.M), out  # the first update already differs
 
 
-_monitor_spec = importlib.util.spec_from_file_location("monitor_milestones", REPO / "benchmarks" / "monitor_milestones.py")
+_monitor_spec = importlib.util.spec_from_file_location("monitor_milestones",
+                                                       REPO / "benchmarks" / "monitor_milestones.py")
 monitor_milestones = importlib.util.module_from_spec(_monitor_spec)
 _monitor_spec.loader.exec_module(monitor_milestones)
 
@@ -412,10 +413,11 @@ def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
     printed = out.getvalue()
     steps = re.findall(r"^-?[\d.]+: (\S+) steps$", printed, re.M)
     (last,) = re.findall(r"^last 100 games: (-?\d+\.\d+)$", printed, re.M)
-    header = next(line for line in readme.splitlines() if line.startswith(f"| {game} |"))
+    lines = readme.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith(f"| {game} |")]
+    header, row = lines[at], lines[at + 2]  # the zoo's row comes first, under the header's |---| line
+    assert row.startswith("| SB3 zoo PPO"), row
     assert [c.strip() for c in header.split("|")[2:-2]] == re.findall(r"^(-?[\d.]+):", printed, re.M)
-    row = next(line for line in readme.splitlines() if line.startswith("| SB3 zoo PPO") and
-               readme.index(line) > readme.index(header))
     assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed
 
 
@@ -453,6 +455,7 @@ def test_breakout_milestone_rows_of_our_partial_runs(folder, row, tmp_path):
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
     (quoted,) = [line for line in readme.splitlines() if line.startswith(f"| {row} (")]
     quoted = [c.strip() for c in quoted.split("|")[2:7]]
+    assert len(computed) == len(quoted) == 5, (computed, quoted)
     for ours, theirs in zip(computed, quoted):
         assert ours == theirs or (ours == "not reached" and theirs.startswith("not by")) or \
             (ours == "not reached" and theirs == ""), (computed, quoted)
