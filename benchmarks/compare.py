@@ -46,6 +46,12 @@ is marked with it ("(at 10M)"). An env version with no published figure (Hopper-
 published version's figure, marked with that version ("(v4)"); the plots draw the published line only for
 the same env id at a matching budget, so such figures stay in the table.
 
+With --monitor-curve LABEL=DIR, the steps plot also draws another project's curve where DIR/{env id}/ holds
+the `N.monitor.csv` files of a Stable-Baselines3 run of that env (one per env of the run, one line per whole
+game): the mean of the last --window games, with the games of all envs in the order they ended (a game that ends
+at an env's F-th frame ends at about step n_envs * F / 4 for a NoFrameskip Atari id, n_envs * F otherwise). It
+is not drawn against wall time, which is that project's machine's, nor counted in the table.
+
 Written to --out (default: the first log dir's `report/`, or `report-2/`, ... : an earlier report is never
 written over unless --out names its folder): `comparison.md` (also printed) and, per script, `{script}_steps.png`
 and `{script}_time.png`: return against environment steps and against wall time, one panel per env, one line per
@@ -62,6 +68,7 @@ queue, between sessions) does not count, and each episode is placed on that runn
 """
 
 import argparse
+import csv
 import math
 import re
 import struct
@@ -537,6 +544,48 @@ def describe(label, runs, base_label, base_runs):
 
 
 # ----------------------------------------------------------------------------------------------
+# Other projects' curves: Stable-Baselines3 Monitor files
+# ----------------------------------------------------------------------------------------------
+
+
+def read_monitors(folder):
+    """[(the env's frames so far at each game's end, the games' returns)] per env file of a run, in the order
+    0.monitor.csv, 1.monitor.csv, ... Raises ValueError, naming the file, on anything else."""
+    files = sorted((p for p in Path(folder).glob("*.monitor.csv") if p.name.split(".")[0].isdigit()),
+                   key=lambda p: int(p.name.split(".")[0]))
+    if not files:
+        raise ValueError(f"no N.monitor.csv files in {folder}")
+    envs = []
+    for path in files:
+        with path.open() as f:
+            if not f.readline().startswith("#"):
+                raise ValueError(f"{path}: not a Monitor file (its first line is not the '#{{...}}' header)")
+            rows = list(csv.DictReader(f))
+        if not rows or not {"r", "l"} <= set(rows[0]):
+            raise ValueError(f"{path}: no games with r and l columns")
+        try:
+            lengths, returns = [int(r["l"]) for r in rows], [float(r["r"]) for r in rows]
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: a game's r or l is missing or not a number") from None
+        envs.append((np.cumsum(lengths), np.array(returns)))
+    return envs
+
+
+def monitor_curve(envs, frameskip):
+    """(steps, returns) of every game of every env of a lockstep vectorised run, in the order the games ended:
+    a game ending at an env's F-th frame ends at about step (number of envs) * F / frameskip."""
+    steps = np.concatenate([len(envs) * frames / frameskip for frames, _ in envs])
+    returns = np.concatenate([r for _, r in envs])
+    order = np.argsort(steps, kind="stable")
+    return steps[order], returns[order]
+
+
+def monitor_frameskip(env):
+    """Frames per agent step in a Monitor file of `env`: it wraps the emulator of a NoFrameskip Atari id."""
+    return 4 if "NoFrameskip" in env else 1
+
+
+# ----------------------------------------------------------------------------------------------
 # Curves
 # ----------------------------------------------------------------------------------------------
 
@@ -823,8 +872,9 @@ def section_table(script, envs, rows, pois, base, order, notes):
 
 
 def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, plots=True, grid_points=200,
-            milestones=()):
-    """The markdown report of `runs` (and, if `out` and `plots`, the PNGs beside it). Returns the markdown."""
+            milestones=(), monitor_curves=()):
+    """The markdown report of `runs` (and, if `out` and `plots`, the PNGs beside it, the steps plot with the
+    curves of `monitor_curves`: (label, folder of one N.monitor.csv folder per env id)). Returns the markdown."""
     short = [r for r in runs if len(r.returns) < window]
     if short:
         warn(f"{len(short)} run(s) have fewer than {window} episodes; their figure is the mean of all their "
@@ -848,7 +898,7 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
         if out is not None and plots:
             for axis in ("steps", "time"):
                 png = plot(script, envs, order, axis, Path(out) / f"{script}_{axis}.png", window, resamples, seed,
-                           grid_points)
+                           grid_points, monitor_curves)
                 lines += [f"![{script}: return against {axis}]({png.name})", ""]
             png = plot_diagnostics(script, envs, order, Path(out) / f"{script}_diagnostics.png", grid_points)
             if png is not None:
@@ -874,7 +924,7 @@ def save_figure(plt, fig, path):
     return path
 
 
-def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=200):
+def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=200, monitor_curves=()):
     names = sorted(envs)
     ncols = min(3, len(names))
     plt, fig, axes = figure_grid(math.ceil(len(names) / ncols), ncols, 5.2, 3.8)
@@ -898,6 +948,11 @@ def plot(script, envs, order, axis, path, window, resamples, seed, grid_points=2
             if low is not None:
                 ax.fill_between(x, low, high, color=colors[v], alpha=0.2, linewidth=0)
                 banded = True
+        for label, folder in monitor_curves if axis == "steps" else ():
+            if (Path(folder) / env).is_dir():
+                steps, returns = monitor_curve(read_monitors(Path(folder) / env), monitor_frameskip(env))
+                ax.plot(steps, trailing_mean(returns, window), color="black", linestyle=":", linewidth=1.2,
+                        label=f"{label} (Monitor files)")
         longest = max(r.total_steps for rs in groups.values() for r in rs)
         if "CleanRL" in PUBLISHED.get(env, {}) and published_budget_matches(env, longest):
             ax.axhline(PUBLISHED[env]["CleanRL"][0], color="gray", linestyle="--", linewidth=1,
@@ -972,6 +1027,15 @@ def milestone_scores(text):
     return scores
 
 
+def monitor_curve_arg(text):
+    label, sep, folder = text.partition("=")
+    if not sep or not label or not folder:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LABEL=DIR")
+    if not Path(folder).is_dir():
+        raise argparse.ArgumentTypeError(f"{folder}: no such folder")
+    return label, folder
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -996,6 +1060,9 @@ def main(argv=None):
     p.add_argument("--no-plots", action="store_true", help="only the table")
     p.add_argument("--milestones", type=milestone_scores, default=(),
                    help="scores, comma-separated (e.g. 100,200,300): where each run's curve first reaches each")
+    p.add_argument("--monitor-curve", type=monitor_curve_arg, action="append", default=[], dest="monitor_curves",
+                   metavar="LABEL=DIR", help="also draw, on the steps plot, the curve of the Stable-Baselines3 run "
+                                             "whose N.monitor.csv files are in DIR/{env id}/ (repeatable)")
     args = p.parse_args(argv)
     if args.window < 1 or args.resamples < 1:
         p.error("--window and --resamples must be positive")
@@ -1004,7 +1071,7 @@ def main(argv=None):
         out = Path(args.out) if args.out else unused_folder(Path(args.logdirs[0]) / "report")
         out.mkdir(parents=True, exist_ok=True)
         report = compare(runs, args.baseline, args.window, args.resamples, args.seed, out, not args.no_plots,
-                         milestones=args.milestones)
+                         milestones=args.milestones, monitor_curves=args.monitor_curves)
     except CompareError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

@@ -15,44 +15,13 @@ each milestone ("not reached" if never), and with --at the score at each given s
 """
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import fmt_steps, milestone_scores, trailing_mean  # noqa: E402
-
-
-def read_monitors(folder):
-    """[(the env's frames so far at each game's end, the games' returns)] per env, in file order 0, 1, 2, ..."""
-    files = sorted((p for p in Path(folder).glob("*.monitor.csv") if p.name.split(".")[0].isdigit()),
-                   key=lambda p: int(p.name.split(".")[0]))
-    if not files:
-        raise ValueError(f"no N.monitor.csv files in {folder}")
-    envs = []
-    for path in files:
-        with path.open() as f:
-            if not f.readline().startswith("#"):
-                raise ValueError(f"{path}: not a Monitor file (its first line is not the '#{{...}}' header)")
-            rows = list(csv.DictReader(f))
-        if not rows or not {"r", "l"} <= set(rows[0]):
-            raise ValueError(f"{path}: no games with r and l columns")
-        try:
-            lengths, returns = [int(r["l"]) for r in rows], [float(r["r"]) for r in rows]
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}: a game's r or l is missing or not a number") from None
-        envs.append((np.cumsum(lengths), np.array(returns)))
-    return envs
-
-
-def curve(envs, frameskip):
-    """(steps, returns) of every game of every env, in the order the games ended in the run."""
-    steps = np.concatenate([len(envs) * frames / frameskip for frames, _ in envs])
-    returns = np.concatenate([r for _, r in envs])
-    order = np.argsort(steps, kind="stable")
-    return steps[order], returns[order]
+from compare import fmt_steps, milestone_scores, monitor_curve, read_monitors, trailing_mean  # noqa: E402
 
 
 def main(argv=None):
@@ -74,7 +43,7 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print(f"monitor_milestones.py: error: {e}", file=sys.stderr)
         return 2
-    steps, returns = curve(envs, args.frameskip)
+    steps, returns = monitor_curve(envs, args.frameskip)
     if len(returns) < args.window:
         print(f"monitor_milestones.py: error: {len(returns)} games, fewer than --window {args.window}", file=sys.stderr)
         return 2

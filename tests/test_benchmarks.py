@@ -448,6 +448,64 @@ def test_the_plot_draws_a_band_only_where_it_says_so(tmp_path, monkeypatch):
     assert titles[2].endswith("band = 95% bootstrap CI")  # [1] is the time axis, [2] the 3-seed steps plot
 
 
+def write_monitors(folder, games_per_env):
+    """N.monitor.csv files as Stable-Baselines3 writes them: a JSON header, then r,l,t, one line per game."""
+    folder.mkdir(parents=True)
+    for i, games in enumerate(games_per_env):
+        lines = ['#{"t_start": 0, "env_id": "x"}', "r,l,t"] + [f"{r},{l},0.0" for r, l in games]
+        (folder / f"{i}.monitor.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_compare_draws_a_monitor_file_curve_on_the_steps_plot_only(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, x, y, **k: drawn.append((k.get("label"), list(x), list(y))) or
+                        real_plot(self, x, y, **k))
+    write_run(tmp_path / "runs" / "runs" / "CartPole-v1__default__1__100", returns=[1.0] * 5)
+    # Two envs in lockstep: env 0's games end at its frames 10 and 30, env 1's at 20; so the run's games end at
+    # steps 2 * 10, 2 * 20, 2 * 30 (CartPole: no frameskip), in the order env 0, env 1, env 0.
+    write_monitors(tmp_path / "peer" / "CartPole-v1", [[(10.0, 10), (30.0, 20)], [(20.0, 20)]])
+    write_monitors(tmp_path / "peer" / "Acrobot-v1", [[(5.0, 5)]])  # an env not compared: not read
+    rc, _, err = run_compare(tmp_path / "runs", "--out", tmp_path / "out", "--window", "2",
+                             "--monitor-curve", f"The zoo={tmp_path / 'peer'}")
+    assert rc == 0, err
+    peer = [(x, y) for label, x, y in drawn if label == "The zoo (Monitor files)"]
+    assert peer == [([20.0, 40.0, 60.0], [10.0, 15.0, 25.0])]  # once: on the steps plot, not the time plot
+    for bad, message in (("nolabel", "is not LABEL=DIR"), (f"x={tmp_path / 'missing'}", "no such folder")):
+        with pytest.raises(SystemExit) as exit_info:
+            run_compare(tmp_path / "runs", "--monitor-curve", bad)
+        assert exit_info.value.code == 2
+
+
+def test_monitor_milestones_reads_the_files_in_game_order_and_refuses_bad_ones(tmp_path):
+    import contextlib
+    import io
+
+    spec = importlib.util.spec_from_file_location("monitor_milestones", REPO / "benchmarks" / "monitor_milestones.py")
+    milestones = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(milestones)
+    # Atari: 4 frames a step. Env 0's games end at steps 2 * 40 / 4 = 20 and 2 * 120 / 4 = 60, env 1's at 40.
+    write_monitors(tmp_path / "run", [[(0.0, 40), (30.0, 80)], [(10.0, 80)]])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert milestones.main([str(tmp_path / "run"), "--window", "2", "--milestones", "5,20,21",
+                                "--at", "39,40,60"]) == 0
+    assert out.getvalue().splitlines() == [
+        "2 envs, 3 games; frames / frameskip: 50", "last 2 games: 20.00",
+        "5: 40 steps", "20: 60 steps", "21: not reached",  # scores 0, 10, 30 in that order: means 5, 20
+        "at 39: fewer than 2 games", "at 40: 5.00", "at 60: 20.00"]
+    write_monitors(tmp_path / "bad", [[(1.0, 10)]])
+    (tmp_path / "bad" / "0.monitor.csv").write_text('#{}\nr,l,t\n1.0,,0\n')
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert milestones.main([str(tmp_path / "bad")]) == 2
+    assert err.getvalue() == f"monitor_milestones.py: error: {tmp_path / 'bad' / '0.monitor.csv'}: a game's r or l " \
+                             "is missing or not a number\n"
+
+
 @pytest.mark.parametrize("script", ["ppo_discrete", "ppo_continuous", "ppo_atari"])
 def test_what_compare_leaves_out_of_a_configuration_is_how_the_script_is_operated(script):
     """Every setting of a script is either part of a run's configuration (a hyperparameter) or named by
