@@ -421,18 +421,27 @@ def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
     assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed
 
 
-def test_pong_progress_rows_quote_the_sb3_zoo_at_the_same_steps():
-    """Each row of atari_10m/README.md's Pong progress table gives the SB3 zoo's score at the steps it quotes
-    ours at, as monitor_milestones.py --at computes it from the committed Monitor files."""
+def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo():
+    """Each row of atari_10m/README.md's Pong progress table: our scores (the mean of the last 100 games that
+    ended by each step it quotes, from the run's committed events in sweeps/) and the SB3 zoo's at the same
+    steps, as monitor_milestones.py --at computes it from the committed Monitor files."""
+    from conftest import read_scalars
+
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
     table = readme[readme.index("Progress of the Pong run"):].split("\n\n")[1]
     rows = [line for line in table.splitlines()[2:]]
     assert rows
+    (run_dir,) = (RESULTS / "atari_10m" / "sweeps").glob("ppo_atari/default/PongNoFrameskip-v4/seed1/runs/*/")
+    games = sorted(read_scalars(run_dir)["charts/episodic_return"], key=lambda game: game[0])
     for row in rows:
         ours, theirs = [c.strip() for c in row.split("|")[3:5]]
+        quoted = re.findall(r"(-?\d+\.\d) at ([\d.]+[kM]?)(?:;|$)", ours)
         steps = [float(s[:-1]) * 1e3 if s.endswith("k") else float(s[:-1]) * 1e6 if s.endswith("M") else float(s)
-                 for s in re.findall(r" at ([\d.]+[kM]?)(?:;|$)", ours)]
-        assert steps, row
+                 for _, s in quoted]
+        assert steps and len(quoted) == len(ours.split("; ")), row
+        for (score, _), step in zip(quoted, steps):
+            last_100 = [value for game_step, value in games if game_step <= step][-100:]
+            assert len(last_100) == 100 and f"{sum(last_100) / 100:.1f}" == score, (row, step)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / "PongNoFrameskip-v4"),
