@@ -581,7 +581,8 @@ def monitor_curve(envs, frameskip):
 
 
 def monitor_frameskip(env):
-    """Frames per agent step in a Monitor file of `env`: it wraps the emulator of a NoFrameskip Atari id."""
+    """Frames per agent step in a Monitor file of `env`: 4 where it wraps the emulator of a NoFrameskip Atari id,
+    whose wrappers repeat each action 4 frames; else 1."""
     return 4 if "NoFrameskip" in env else 1
 
 
@@ -598,16 +599,19 @@ def trailing_mean(values, window):
     return (c[idx] - c[lo]) / (idx - lo)
 
 
+def first_reached_at(returns, scores, window):
+    """For each score, the index of the episode at which the mean of `window` whole episodes first reaches it,
+    or None where it never does."""
+    means = trailing_mean(returns, window)[window - 1:]
+    hits = [np.flatnonzero(means >= score) for score in scores]
+    return [int(hit[0]) + window - 1 if hit.size else None for hit in hits]
+
+
 def first_reached(run, scores, window):
     """For each score, (the step, the seconds of training) at which the mean of `window` whole episodes first
     reaches it, or None where it never does."""
-    means = trailing_mean(run.returns, window)[window - 1:]
-    found = []
-    for score in scores:
-        hit = np.flatnonzero(means >= score)
-        i = hit[0] + window - 1 if hit.size else None
-        found.append(None if i is None else (int(run.steps[i]), float(run.times[i])))
-    return found
+    return [None if i is None else (int(run.steps[i]), float(run.times[i]))
+            for i in first_reached_at(run.returns, scores, window)]
 
 
 def milestone_table(script, rows, scores, window):

@@ -1,6 +1,6 @@
 """Where a published run's learning curve reaches given scores, read from the Monitor files of its envs.
 
-    python benchmarks/monitor_milestones.py FOLDER --milestones 100,200,300 [--at 1e6,2e6] [--frameskip 4]
+    python benchmarks/monitor_milestones.py FOLDER --milestones 100,200,300 [--at 1e6,2e6] [--frameskip N]
 
 Stable-Baselines3 (and its RL Zoo) write one `N.monitor.csv` per env of a vectorised run: a JSON comment line,
 then `r,l,t`, then one line per whole game: its return, its length in the frames of the env the Monitor wraps
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import fmt_steps, milestone_scores, monitor_curve, read_monitors, trailing_mean  # noqa: E402
+from compare import (first_reached_at, fmt_steps, milestone_scores, monitor_curve, monitor_frameskip,  # noqa: E402
+                     read_monitors)
 
 
 def main(argv=None):
@@ -33,9 +34,13 @@ def main(argv=None):
                    help="scores, comma-separated: where the curve first reaches each")
     p.add_argument("--at", type=milestone_scores, default=(),
                    help="steps, comma-separated (e.g. 1e6,2e6): the score at each")
-    p.add_argument("--frameskip", type=int, default=4, help="frames per agent step (default: %(default)s)")
+    p.add_argument("--frameskip", type=int,
+                   help="frames per agent step (default: 4 where the folder is named after a NoFrameskip Atari id, "
+                        "as compare.py --monitor-curve reads it; else 1)")
     p.add_argument("--window", type=int, default=100, help="games per score (default: %(default)s)")
     args = p.parse_args(argv)
+    if args.frameskip is None:
+        args.frameskip = monitor_frameskip(Path(args.folder).resolve().name)
     if args.frameskip < 1 or args.window < 1:
         p.error("--frameskip and --window must be positive")
     try:
@@ -47,14 +52,11 @@ def main(argv=None):
     if len(returns) < args.window:
         print(f"monitor_milestones.py: error: {len(returns)} games, fewer than --window {args.window}", file=sys.stderr)
         return 2
-    means = trailing_mean(returns, args.window)[args.window - 1:]
     frames = sum(f[-1] for f, _ in envs)
     print(f"{len(envs)} envs, {len(returns)} games; frames / frameskip: {frames / args.frameskip:.0f}")
     print(f"last {args.window} games: {returns[-args.window:].mean():.2f}")
-    for score in args.milestones:
-        hit = np.flatnonzero(means >= score)
-        reached = f"{fmt_steps(int(steps[hit[0] + args.window - 1]))} steps" if hit.size else "not reached"
-        print(f"{score:g}: {reached}")
+    for score, i in zip(args.milestones, first_reached_at(returns, args.milestones, args.window)):
+        print(f"{score:g}: " + ("not reached" if i is None else f"{fmt_steps(int(steps[i]))} steps"))
     for step in args.at:
         ended = np.searchsorted(steps, step, side="right")  # games that ended by then
         print(f"at {fmt_steps(int(step))}: " + (f"{returns[ended - args.window:ended].mean():.2f}"

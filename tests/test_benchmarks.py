@@ -456,7 +456,7 @@ def write_monitors(folder, games_per_env):
         (folder / f"{i}.monitor.csv").write_text("\n".join(lines) + "\n")
 
 
-def test_compare_draws_a_monitor_file_curve_on_the_steps_plot_only(tmp_path, monkeypatch):
+def test_compare_draws_a_monitor_file_curve_on_the_steps_plot_only(tmp_path, monkeypatch, capsys):
     import matplotlib.axes
 
     drawn = []
@@ -474,10 +474,11 @@ def test_compare_draws_a_monitor_file_curve_on_the_steps_plot_only(tmp_path, mon
     assert rc == 0, err
     peer = [(x, y) for label, x, y in drawn if label == "The zoo (Monitor files)"]
     assert peer == [([20.0, 40.0, 60.0], [10.0, 15.0, 25.0])]  # once: on the steps plot, not the time plot
-    for bad, message in (("nolabel", "is not LABEL=DIR"), (f"x={tmp_path / 'missing'}", "no such folder")):
+    for bad, message in (("nolabel", "'nolabel' is not LABEL=DIR"),
+                         (f"x={tmp_path / 'missing'}", f"{tmp_path / 'missing'}: no such folder")):
         with pytest.raises(SystemExit) as exit_info:
-            run_compare(tmp_path / "runs", "--monitor-curve", bad)
-        assert exit_info.value.code == 2
+            compare.main([str(tmp_path / "runs"), "--monitor-curve", bad])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_monitor_milestones_reads_the_files_in_game_order_and_refuses_bad_ones(tmp_path):
@@ -487,16 +488,21 @@ def test_monitor_milestones_reads_the_files_in_game_order_and_refuses_bad_ones(t
     spec = importlib.util.spec_from_file_location("monitor_milestones", REPO / "benchmarks" / "monitor_milestones.py")
     milestones = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(milestones)
-    # Atari: 4 frames a step. Env 0's games end at steps 2 * 40 / 4 = 20 and 2 * 120 / 4 = 60, env 1's at 40.
-    write_monitors(tmp_path / "run", [[(0.0, 40), (30.0, 80)], [(10.0, 80)]])
+    # A NoFrameskip Atari id (the folder's name): 4 frames a step. Env 0's games end at steps 2 * 40 / 4 = 20 and
+    # 2 * 120 / 4 = 60, env 1's at 40.
+    run = tmp_path / "PongNoFrameskip-v4"
+    write_monitors(run, [[(0.0, 40), (30.0, 80)], [(10.0, 80)]])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert milestones.main([str(tmp_path / "run"), "--window", "2", "--milestones", "5,20,21",
-                                "--at", "39,40,60"]) == 0
+        assert milestones.main([str(run), "--window", "2", "--milestones", "5,20,21", "--at", "39,40,60"]) == 0
     assert out.getvalue().splitlines() == [
         "2 envs, 3 games; frames / frameskip: 50", "last 2 games: 20.00",
         "5: 40 steps", "20: 60 steps", "21: not reached",  # scores 0, 10, 30 in that order: means 5, 20
         "at 39: fewer than 2 games", "at 40: 5.00", "at 60: 20.00"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # --frameskip 1 by hand: each frame a step, so steps 80, 160, 240
+        assert milestones.main([str(run), "--window", "2", "--milestones", "5", "--frameskip", "1"]) == 0
+    assert "5: 160 steps" in out.getvalue().splitlines()
     write_monitors(tmp_path / "bad", [[(1.0, 10)]])
     (tmp_path / "bad" / "0.monitor.csv").write_text('#{}\nr,l,t\n1.0,,0\n')
     err = io.StringIO()

@@ -431,13 +431,13 @@ def pong_folder():
 
 def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo():
     """Each row of atari_10m/README.md's Pong progress table: our scores (the mean of the last 100 games that
-    ended by each step it quotes, from the run's committed events in sweeps/) and the SB3 zoo's at the same
+    ended by each step it quotes, from the run's committed events in pong_folder()) and the SB3 zoo's at the same
     steps, as monitor_milestones.py --at computes it from the committed Monitor files."""
     from conftest import read_scalars
 
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
     table = readme[readme.index("Progress of the Pong run"):].split("\n\n")[1]
-    rows = [line for line in table.splitlines()[2:]]
+    rows = table.splitlines()[2:]  # under the header and its |---| line
     assert rows
     (run_dir,) = (RESULTS / "atari_10m" / pong_folder()).glob("ppo_atari/default/PongNoFrameskip-v4/seed1/runs/*/")
     games = sorted(read_scalars(run_dir)["charts/episodic_return"], key=lambda game: game[0])
@@ -460,13 +460,13 @@ def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo():
 @pytest.mark.parametrize("folder, game, milestones, row", [
     ("lost_run_1", "Breakout", "50,100,150,200,300", "ours, the first attempt"),
     ("lost_run_4", "Breakout", "50,100,150,200,300", "ours, the fourth start"),
-    ("the Pong run's", "Pong", "-15,0,15,20", "ours (torchrun"),
+    (None, "Pong", "-15,0,15,20", "ours (torchrun"),  # None: the folder the README names (pong_folder)
 ])
 def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
     events, first reaches each score where the row says; one it has not reached, the row says "not by" the run's
     end, "not yet" (still training) or leaves blank."""
-    folder = pong_folder() if folder == "the Pong run's" else folder
+    folder = folder or pong_folder()
     out = io.StringIO()
     with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
         assert compare.main([f"benchmarks/results/atari_10m/{folder}", "--include-unfinished", "--no-plots",
