@@ -421,35 +421,62 @@ def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
     assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed
 
 
-def pong_folder():
-    """The folder of atari_10m/ that holds the Pong run, as its README's progress table names it (`sweeps/` while
-    it trains; `lost_run_N/` if its checkpoint is lost)."""
+PONG_STARTS = ["first", "second"]
+
+
+def pong_folder(start):
+    """The folder of atari_10m/ that holds the given Pong start, as its README's progress table names it (`sweeps/`
+    while it trains; `lost_run_N/` once its checkpoint is lost)."""
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (folder,) = re.findall(r"Progress of the Pong run \(from its `log\.txt` and events in `([\w.-]+)/`", readme)
+    (folder,) = re.findall(rf"Progress of the {start} Pong start \(from its `log\.txt` and events in `([\w.-]+)/`",
+                           readme)
     return folder
 
 
-def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo():
-    """Each row of atari_10m/README.md's Pong progress table: our scores (the mean of the last 100 games that
-    ended by each step it quotes, from the run's committed events in pong_folder()) and the SB3 zoo's at the same
-    steps, as monitor_milestones.py --at computes it from the committed Monitor files."""
+def pong_games(start):
+    """(step, score) of every whole game of the given Pong start, in the order they ended, and the last step the
+    run logged anything at, from its committed events."""
     from conftest import read_scalars
 
+    (run_dir,) = (RESULTS / "atari_10m" / pong_folder(start)).glob("ppo_atari/default/PongNoFrameskip-v4/seed1/runs/*/")
+    scalars = read_scalars(run_dir)
+    last_step = max(step for points in scalars.values() for step, _ in points)
+    return sorted(scalars["charts/episodic_return"], key=lambda game: game[0]), last_step
+
+
+def last_100_at(games, step):
+    """The mean of the last 100 games that ended by `step`, as the README writes it (one decimal)."""
+    last_100 = [value for game_step, value in games if game_step <= step][-100:]
+    assert len(last_100) == 100, step
+    return f"{sum(last_100) / 100:.1f}"
+
+
+@pytest.mark.parametrize("start", PONG_STARTS)
+def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(start):
+    """Each row of atari_10m/README.md's progress table of each Pong start: our scores (the mean of the last 100
+    games that ended by each step it quotes, from the run's committed events in pong_folder()), the SB3 zoo's at
+    the same steps, as monitor_milestones.py --at computes it from the committed Monitor files, and, where the
+    table has that column, the first Pong start's at the same steps from its events."""
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
-    table = readme[readme.index("Progress of the Pong run"):].split("\n\n")[1]
-    rows = table.splitlines()[2:]  # under the header and its |---| line
+    table = readme[readme.index(f"Progress of the {start} Pong start"):].split("\n\n")[1]
+    header, rows = table.splitlines()[0], table.splitlines()[2:]  # rows: under the header and its |---| line
     assert rows
-    (run_dir,) = (RESULTS / "atari_10m" / pong_folder()).glob("ppo_atari/default/PongNoFrameskip-v4/seed1/runs/*/")
-    games = sorted(read_scalars(run_dir)["charts/episodic_return"], key=lambda game: game[0])
+    beside_first = header.rstrip(" |").endswith("first Pong start")
+    assert beside_first == (start != "first"), header
+    games, _ = pong_games(start)
     for row in rows:
-        ours, theirs = [c.strip() for c in row.split("|")[3:5]]
+        cells = [c.strip() for c in row.split("|")]
+        ours, theirs = cells[3:5]
         quoted = re.findall(r"(-?\d+\.\d) at ([\d.]+[kM]?)(?:;|$)", ours)
         steps = [float(s[:-1]) * 1e3 if s.endswith("k") else float(s[:-1]) * 1e6 if s.endswith("M") else float(s)
                  for _, s in quoted]
         assert steps and len(quoted) == len(ours.split("; ")), row
         for (score, _), step in zip(quoted, steps):
-            last_100 = [value for game_step, value in games if game_step <= step][-100:]
-            assert len(last_100) == 100 and f"{sum(last_100) / 100:.1f}" == score, (row, step)
+            assert last_100_at(games, step) == score, (row, step)
+        if beside_first:  # the first start's score where it had reached that step, "none" past its end
+            first, first_end = pong_games("first")
+            expected = [last_100_at(first, s) if s <= first_end else "none" for s in steps]
+            assert cells[5].split("; ") == expected, row
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / "PongNoFrameskip-v4"),
@@ -460,13 +487,13 @@ def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo():
 @pytest.mark.parametrize("folder, game, milestones, row", [
     ("lost_run_1", "Breakout", "50,100,150,200,300", "ours, the first attempt"),
     ("lost_run_4", "Breakout", "50,100,150,200,300", "ours, the fourth start"),
-    (None, "Pong", "-15,0,15,20", "ours (torchrun"),  # None: the folder the README names (pong_folder)
+    *[(start, "Pong", "-15,0,15,20", f"ours, the {start} Pong start") for start in PONG_STARTS],  # pong_folder
 ])
 def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
     events, first reaches each score where the row says; one it has not reached, the row says "not by" the run's
     end, "not yet" (still training) or leaves blank."""
-    folder = folder or pong_folder()
+    folder = pong_folder(folder) if folder in PONG_STARTS else folder
     out = io.StringIO()
     with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
         assert compare.main([f"benchmarks/results/atari_10m/{folder}", "--include-unfinished", "--no-plots",
