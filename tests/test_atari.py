@@ -320,9 +320,10 @@ def test_logged_game_score_is_the_unclipped_sum_over_the_whole_game():
     check_game_scores(*play_until_games_end(envs, raw_rewards, 2))
 
 
-def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
-    # Tap the raw emulator of the env that evaluate() makes: a real reset starts a game, every raw reward adds to it.
-    games, make_env = [], pa.make_env
+def tap_evaluation_emulator(monkeypatch, on_reset, on_step):
+    """Make the envs that evaluate() builds call on_reset() at each real reset of their raw emulator (a game starts)
+    and on_step(reward) after each of its frames, with the emulator's own unclipped reward."""
+    make_env = pa.make_env
 
     def tapped_make_env(*args, **kwargs):
         thunk = make_env(*args, **kwargs)
@@ -333,12 +334,12 @@ def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
             reset, step = raw.reset, raw.step
 
             def recording_reset(**kwargs):
-                games.append(0.0)
+                on_reset()
                 return reset(**kwargs)
 
             def recording_step(action):
                 result = step(action)
-                games[-1] += float(result[1])
+                on_step(float(result[1]))
                 return result
 
             raw.reset, raw.step = recording_reset, recording_step
@@ -347,6 +348,16 @@ def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
         return make_tapped
 
     monkeypatch.setattr(pa, "make_env", tapped_make_env)
+
+
+def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
+    # On the raw emulator of the env that evaluate() makes: a real reset starts a game, every raw reward adds to it.
+    games = []
+
+    def add_reward(reward):
+        games[-1] += reward
+
+    tap_evaluation_emulator(monkeypatch, on_reset=lambda: games.append(0.0), on_step=add_reward)
     torch.manual_seed(0)
     agent = pa.Agent(gym.make(INVADERS).action_space.n)  # untrained: plays about at random, loses all lives
     scores = pa.evaluate(agent, INVADERS, 2, False, 3, torch.device("cpu"), 0.0)
@@ -911,30 +922,13 @@ def test_async_env_workers_go_quietly_with_a_killed_trainer(tmp_path):
 
 def test_evaluation_videos_are_the_whole_games_played(tmp_path, monkeypatch):
     """Recorded on the raw emulator: one video per evaluated game, each with every frame of the game."""
-    frames_per_game, make_env = [], pa.make_env
+    frames_per_game = []
 
-    def tapped_make_env(*args, **kwargs):
-        thunk = make_env(*args, **kwargs)
+    def count_frame(reward):
+        frames_per_game[-1] += 1
 
-        def make_tapped():
-            env = thunk()
-            raw = env.unwrapped
-            reset, step = raw.reset, raw.step
-
-            def recording_reset(*, seed=None, options=None):
-                frames_per_game.append(1)  # the first frame of a game
-                return reset(seed=seed, options=options)
-
-            def recording_step(action):
-                frames_per_game[-1] += 1
-                return step(action)
-
-            raw.reset, raw.step = recording_reset, recording_step
-            return env
-
-        return make_tapped
-
-    monkeypatch.setattr(pa, "make_env", tapped_make_env)
+    # A game's first frame is its reset's.
+    tap_evaluation_emulator(monkeypatch, on_reset=lambda: frames_per_game.append(1), on_step=count_frame)
     torch.manual_seed(0)
     agent = pa.Agent(4)  # untrained: loses its lives quickly
     scores = pa.evaluate(agent, BREAKOUT, 2, False, 3, torch.device("cpu"), 0.0, video_dir=str(tmp_path / "v"))
