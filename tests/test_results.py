@@ -506,6 +506,14 @@ def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_p
     n = len(milestones.split(","))
     quoted = [c.strip() for c in quoted.split("|")[2:2 + n]]
     assert len(computed) == len(quoted) == n, (computed, quoted)
-    for ours, theirs in zip(computed, quoted):
-        unreached = theirs.startswith("not by") or theirs in ("", "not yet")
-        assert ours == theirs or (ours == "not reached" and unreached), (computed, quoted)
+    reached = [ours for ours in computed if ours != "not reached"]
+    assert quoted[:len(reached)] == reached, (computed, quoted)  # scores are reached in order: a prefix
+    unreached = quoted[len(reached):]
+    if folder == "sweeps":  # still training
+        assert all(theirs in ("", "not yet") for theirs in unreached), quoted
+    elif unreached:  # a lost run: the first it never reached is "not by" its last logged step, the rest blank
+        from conftest import read_scalars
+
+        (run_dir,) = (RESULTS / "atari_10m" / folder).glob(f"ppo_atari/default/{game}NoFrameskip-v4/seed1/runs/*/")
+        end = max(step for points in read_scalars(run_dir).values() for step, _ in points)
+        assert unreached == [f"not by {end / 1e6:.3f}".rstrip("0") + "M"] + [""] * (len(unreached) - 1), quoted
