@@ -433,14 +433,19 @@ def pong_folder(start):
     return folder
 
 
-def pong_games(start):
-    """(step, score) of every whole game of the given Pong start, in the order they ended, and the last step the
-    run logged anything at, from its committed events."""
+def atari_10m_run(folder, game):
+    """The scalars of atari_10m/FOLDER's seed-1 run of GAME, from its committed events, and the last step it
+    logged anything at."""
     from conftest import read_scalars
 
-    (run_dir,) = (RESULTS / "atari_10m" / pong_folder(start)).glob("ppo_atari/default/PongNoFrameskip-v4/seed1/runs/*/")
+    (run_dir,) = (RESULTS / "atari_10m" / folder).glob(f"ppo_atari/default/{game}NoFrameskip-v4/seed1/runs/*/")
     scalars = read_scalars(run_dir)
-    last_step = max(step for points in scalars.values() for step, _ in points)
+    return scalars, max(step for points in scalars.values() for step, _ in points)
+
+
+def pong_games(start):
+    """(step, score) of every whole game of the given Pong start, in the order they ended, and its last step."""
+    scalars, last_step = atari_10m_run(pong_folder(start), "Pong")
     return sorted(scalars["charts/episodic_return"], key=lambda game: game[0]), last_step
 
 
@@ -491,8 +496,8 @@ def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(start
 ])
 def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
-    events, first reaches each score where the row says; one it has not reached, the row says "not by" the run's
-    end, "not yet" (still training) or leaves blank."""
+    events, first reaches each score where the row says; of those it has not reached, a lost run's row says "not
+    by" its last logged step for the first and leaves the rest blank, a training run's says "not yet" or blank."""
     folder = pong_folder(folder) if folder in PONG_STARTS else folder
     out = io.StringIO()
     with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
@@ -512,8 +517,5 @@ def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_p
     if folder == "sweeps":  # still training
         assert all(theirs in ("", "not yet") for theirs in unreached), quoted
     elif unreached:  # a lost run: the first it never reached is "not by" its last logged step, the rest blank
-        from conftest import read_scalars
-
-        (run_dir,) = (RESULTS / "atari_10m" / folder).glob(f"ppo_atari/default/{game}NoFrameskip-v4/seed1/runs/*/")
-        end = max(step for points in read_scalars(run_dir).values() for step, _ in points)
+        _, end = atari_10m_run(folder, game)
         assert unreached == [f"not by {end / 1e6:.3f}".rstrip("0") + "M"] + [""] * (len(unreached) - 1), quoted
