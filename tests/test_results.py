@@ -49,9 +49,11 @@ def figures(text):
 
 
 def current_text(readme):
-    """A README without its paragraphs of superseded figures (those that start with "**Superseded") and of other
-    projects' published figures (those that start with "**Published figures of other projects")."""
-    left_out = ("**Superseded", "**Published figures of other projects")
+    """A README without its paragraphs of superseded figures (those that start with "**Superseded"), of other
+    projects' published figures (those that start with "**Published figures of other projects") and of figures
+    that need what is not committed, such as a checkpoint's evaluation (those that start with "**Not
+    recomputable from the events")."""
+    left_out = ("**Superseded", "**Published figures of other projects", "**Not recomputable from the events")
     return "\n\n".join(p for p in readme.split("\n\n") if not p.lstrip().startswith(left_out))
 
 
