@@ -423,31 +423,41 @@ def test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files(game):
     assert [c.strip() for c in row.split("|")[2:-1]] == [*steps, last], printed
 
 
-PONG_STARTS = ["first", "second"]
+# The runs of atari_10m/README.md with a progress table: (its title there, game, seed, the column beside ours:
+# its header's end and the run it reads, by title, or None).
+PROGRESS_TABLES = [
+    ("the first Pong start", "Pong", 1, None),
+    ("the second Pong start", "Pong", 1, ("first Pong start", "the first Pong start")),
+    ("Breakout seed 2", "Breakout", 2, ("first attempt, seed 1", "the first attempt")),
+]
+# Runs without such a table: their folder, game and seed.
+OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1)}
 
 
-def pong_folder(start):
-    """The folder of atari_10m/ that holds the given Pong start, as its README's progress table names it (`sweeps/`
-    while it trains; `lost_run_N/` once its checkpoint is lost)."""
+def run_of(title):
+    """(folder of atari_10m/, game, seed) of the run with that title: for a run with a progress table, the folder
+    its README's table names (`sweeps/` while it trains; `lost_run_N/` once its checkpoint is lost)."""
+    if title in OTHER_RUNS:
+        return OTHER_RUNS[title]
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (folder,) = re.findall(rf"Progress of the {start} Pong start \(from its `log\.txt` and events in `([\w.-]+)/`",
-                           readme)
-    return folder
+    (folder,) = re.findall(rf"Progress of {title} \(from its `log\.txt` and events in `([\w.-]+)/`", readme)
+    (game, seed), = [(g, n) for t, g, n, _ in PROGRESS_TABLES if t == title]
+    return folder, game, seed
 
 
-def atari_10m_run(folder, game):
-    """The scalars of atari_10m/FOLDER's seed-1 run of GAME, from its committed events, and the last step it
+def atari_10m_run(folder, game, seed):
+    """The scalars of atari_10m/FOLDER's run of GAME and SEED, from its committed events, and the last step it
     logged anything at."""
     from conftest import read_scalars
 
-    (run_dir,) = (RESULTS / "atari_10m" / folder).glob(f"ppo_atari/default/{game}NoFrameskip-v4/seed1/runs/*/")
+    (run_dir,) = (RESULTS / "atari_10m" / folder).glob(f"ppo_atari/default/{game}NoFrameskip-v4/seed{seed}/runs/*/")
     scalars = read_scalars(run_dir)
     return scalars, max(step for points in scalars.values() for step, _ in points)
 
 
-def pong_games(start):
-    """(step, score) of every whole game of the given Pong start, in the order they ended, and its last step."""
-    scalars, last_step = atari_10m_run(pong_folder(start), "Pong")
+def games_of(title):
+    """(step, score) of every whole game of the titled run, in the order they ended, and its last step."""
+    scalars, last_step = atari_10m_run(*run_of(title))
     return sorted(scalars["charts/episodic_return"], key=lambda game: game[0]), last_step
 
 
@@ -458,19 +468,18 @@ def last_100_at(games, step):
     return f"{sum(last_100) / 100:.1f}"
 
 
-@pytest.mark.parametrize("start", PONG_STARTS)
-def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(start):
-    """Each row of atari_10m/README.md's progress table of each Pong start: our scores (the mean of the last 100
-    games that ended by each step it quotes, from the run's committed events in pong_folder()), the SB3 zoo's at
-    the same steps, as monitor_milestones.py --at computes it from the committed Monitor files, and, where the
-    table has that column, the first Pong start's at the same steps from its events."""
+@pytest.mark.parametrize("title, game, seed, beside", PROGRESS_TABLES)
+def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, game, seed, beside):
+    """Each row of atari_10m/README.md's progress table of each run: our scores (the mean of the last 100 games
+    that ended by each step it quotes, from the run's committed events in the folder the table names), the SB3
+    zoo's at the same steps, as monitor_milestones.py --at computes it from the committed Monitor files, and,
+    where the table has that column, another run's at the same steps from its events ("none" past its end)."""
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
-    table = readme[readme.index(f"Progress of the {start} Pong start"):].split("\n\n")[1]
+    table = readme[readme.index(f"Progress of {title} ("):].split("\n\n")[1]
     header, rows = table.splitlines()[0], table.splitlines()[2:]  # rows: under the header and its |---| line
     assert rows
-    beside_first = header.rstrip(" |").endswith("first Pong start")
-    assert beside_first == (start != "first"), header
-    games, _ = pong_games(start)
+    assert header.rstrip(" |").endswith(beside[0]) if beside else header.rstrip(" |").endswith("at those steps")
+    games, _ = games_of(title)
     for row in rows:
         cells = [c.strip() for c in row.split("|")]
         ours, theirs = cells[3:5]
@@ -480,36 +489,38 @@ def test_pong_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(start
         assert steps and len(quoted) == len(ours.split("; ")), row
         for (score, _), step in zip(quoted, steps):
             assert last_100_at(games, step) == score, (row, step)
-        if beside_first:  # the first start's score where it had reached that step, "none" past its end
-            first, first_end = pong_games("first")
-            expected = [last_100_at(first, s) if s <= first_end else "none" for s in steps]
+        if beside:
+            other, other_end = games_of(beside[1])
+            expected = [last_100_at(other, s) if s <= other_end else "none" for s in steps]
             assert cells[5].split("; ") == expected, row
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / "PongNoFrameskip-v4"),
+            assert monitor_milestones.main([str(RESULTS / "atari_10m" / "sb3_zoo" / f"{game}NoFrameskip-v4"),
                                             "--at", ",".join(f"{s:.0f}" for s in steps)]) == 0
         assert theirs.split("; ") == re.findall(r"^at \S+: (-?\d+\.\d+)$", out.getvalue(), re.M), row
 
 
-@pytest.mark.parametrize("folder, game, milestones, row", [
-    ("lost_run_1", "Breakout", "50,100,150,200,300", "ours, the first attempt"),
-    ("lost_run_4", "Breakout", "50,100,150,200,300", "ours, the fourth start"),
-    *[(start, "Pong", "-15,0,15,20", f"ours, the {start} Pong start") for start in PONG_STARTS],  # pong_folder
+@pytest.mark.parametrize("title, milestones, row", [
+    ("the first attempt", "50,100,150,200,300", "ours, the first attempt"),
+    ("the fourth start", "50,100,150,200,300", "ours, the fourth start"),
+    ("the first Pong start", "-15,0,15,20", "ours, the first Pong start"),
+    ("the second Pong start", "-15,0,15,20", "ours, the second Pong start"),
+    ("Breakout seed 2", "50,100,150,200,300", "ours, Breakout seed 2"),
 ])
-def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_path):
+def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
     events, first reaches each score where the row says; of those it has not reached, a lost run's row says "not
     by" its last logged step for the first and leaves the rest blank, a training run's says "not yet" or blank."""
-    folder = pong_folder(folder) if folder in PONG_STARTS else folder
+    folder, game, seed = run_of(title)
     out = io.StringIO()
     with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
         assert compare.main([f"benchmarks/results/atari_10m/{folder}", "--include-unfinished", "--no-plots",
                              f"--milestones={milestones}", "--out", str(tmp_path)]) == 0
     (computed,) = [line for line in out.getvalue().splitlines()
-                   if line.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" not in line]
+                   if line.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ") and "(1 seed)" not in line]
     computed = [c.strip().split(" (")[0] for c in computed.split("|")[4:-1]]
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (quoted,) = [line for line in readme.splitlines() if line.startswith(f"| {row}")]
+    (quoted,) = [line for line in readme.splitlines() if line.startswith(f"| {row} (")]
     n = len(milestones.split(","))
     quoted = [c.strip() for c in quoted.split("|")[2:2 + n]]
     assert len(computed) == len(quoted) == n, (computed, quoted)
@@ -519,5 +530,5 @@ def test_milestone_rows_of_our_partial_runs(folder, game, milestones, row, tmp_p
     if folder == "sweeps":  # still training
         assert all(theirs in ("", "not yet") for theirs in unreached), quoted
     elif unreached:  # a lost run: the first it never reached is "not by" its last logged step, the rest blank
-        _, end = atari_10m_run(folder, game)
+        _, end = atari_10m_run(folder, game, seed)
         assert unreached == [f"not by {end / 1e6:.3f}".rstrip("0") + "M"] + [""] * (len(unreached) - 1), quoted
