@@ -62,12 +62,15 @@ def recomputable(folder):
 
 
 def compare_command(folder):
-    """The last `python benchmarks/compare.py ...` command in the folder's README (the one that wrote the
-    committed comparison.md), as arguments for compare.main."""
-    commands = [line.strip() for line in (RESULTS / folder / "README.md").read_text().splitlines()
+    """The last `python benchmarks/compare.py ...` command in the folder's README that writes into the folder
+    itself (`--out benchmarks/results/FOLDER`: the one that wrote the committed comparison.md; others draw a
+    curve elsewhere), as arguments for compare.main."""
+    commands = [shlex.split(line.strip())[2:] for line in (RESULTS / folder / "README.md").read_text().splitlines()
                 if line.strip().startswith("python benchmarks/compare.py")]
-    assert commands, f"{folder}/README.md gives no `python benchmarks/compare.py` command"
-    return shlex.split(commands[-1])[2:]
+    into_folder = [args for args in commands
+                   if "--out" in args and args[args.index("--out") + 1].rstrip("/") == f"benchmarks/results/{folder}"]
+    assert into_folder, f"{folder}/README.md gives no `python benchmarks/compare.py ... --out benchmarks/results/{folder}`"
+    return into_folder[-1]
 
 
 _regenerated = {}
