@@ -434,6 +434,7 @@ PROGRESS_TABLES = [
     ("the first Pong start", "Pong", 1, None),
     ("the second Pong start", "Pong", 1, ("first Pong start", "the first Pong start")),
     ("Breakout seed 2", "Breakout", 2, ("first attempt, seed 1", "the first attempt")),
+    ("Pong seed 2", "Pong", 2, ("second Pong start", "the second Pong start")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1)}
@@ -511,6 +512,7 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("the first Pong start", "-15,0,15,20", "ours, the first Pong start"),
     ("the second Pong start", "-15,0,15,20", "ours, the second Pong start"),
     ("Breakout seed 2", "50,100,150,200,300,400", "ours, Breakout seed 2"),
+    ("Pong seed 2", "-15,0,15,20", "ours, Pong seed 2"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
