@@ -1143,6 +1143,7 @@ def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
     agent.load_state_dict(ckpt["model"])
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
+    torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
     returns = evaluate(agent, obs_rms, args, device, video_dir)
     mode = "deterministic" if args.eval_deterministic else "sampled"
     print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "

@@ -1011,6 +1011,7 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
     agent.load_state_dict(ckpt["model"])
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
+    torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
     returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed, device,
                        video_dir)
     mode = "greedy" if args.eval_deterministic else "sampled"

@@ -246,12 +246,9 @@ EVAL_FLAG = {"ppo_discrete": "eval-deterministic", "ppo_continuous": "eval-deter
              "ppo_atari": "eval-deterministic"}
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-@pytest.mark.parametrize("best", [True, False])
-def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, tmp_path, monkeypatch, capsys):
-    """Greedy (deterministic) evaluation plays the most likely action (the mean) at every step; with the flag
-    off it samples, and then not every action is the most likely one."""
-    module = load_script(script)
+def record_actions(module, script, monkeypatch):
+    """Patch the script's agent so that each action it plays is recorded, beside the most likely action (the
+    mean, for the Gaussian policy): a list of (best, played) pairs, filled as it plays."""
     played = []
     if script == "ppo_continuous":
         real_mean = module.Agent.get_action_and_value
@@ -272,6 +269,16 @@ def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, 
             return action
 
         monkeypatch.setattr(module.Agent, "act", record)
+    return played
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("best", [True, False])
+def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, tmp_path, monkeypatch, capsys):
+    """Greedy (deterministic) evaluation plays the most likely action (the mean) at every step; with the flag
+    off it samples, and then not every action is the most likely one."""
+    module = load_script(script)
+    played = record_actions(module, script, monkeypatch)
     flag = f"--{EVAL_FLAG[script]}" if best else f"--no-{EVAL_FLAG[script]}"
     episodes = 1 if script == "ppo_atari" else 2
     code, err, out = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", episodes,
@@ -287,6 +294,28 @@ def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, 
     assert played
     same = [bool(torch.equal(best_action, action)) for best_action, action in played]
     assert all(same) if best else not all(same)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sampled_evaluation_draws_its_actions_from_the_seed(script, checkpoints, tmp_path, monkeypatch, capsys):
+    """--no-eval-deterministic samples from torch's generator seeded with --seed: the same seed plays the same
+    actions again, whatever was drawn before it in the process, and another seed plays others."""
+    module = load_script(script)
+    played = record_actions(module, script, monkeypatch)
+
+    def actions(seed):
+        played.clear()
+        code, err, _ = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", 1,
+                                                "--no-eval-deterministic", "--seed", seed], tmp_path, monkeypatch,
+                                       capsys)
+        assert code == 0, err
+        return torch.cat([action.flatten() for _, action in played])
+
+    first = actions(1)
+    torch.rand(1000)  # draws that a generator left unseeded would carry into the next evaluation
+    again, other = actions(1), actions(2)
+    assert torch.equal(first, again)
+    assert not torch.equal(first[:len(other)], other[:len(first)])
 
 
 # ----------------------------------------------------------------------------------------------
