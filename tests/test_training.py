@@ -309,6 +309,7 @@ def test_sampled_evaluation_draws_its_actions_from_the_seed(script, checkpoints,
                                                 "--no-eval-deterministic", "--seed", seed], tmp_path, monkeypatch,
                                        capsys)
         assert code == 0, err
+        assert torch.initial_seed() == seed  # seeded with --seed, not with a constant
         return torch.cat([action.flatten() for _, action in played])
 
     first = actions(1)
