@@ -435,6 +435,7 @@ PROGRESS_TABLES = [
     ("the second Pong start", "Pong", 1, ("first Pong start", "the first Pong start")),
     ("Breakout seed 2", "Breakout", 2, ("first attempt, seed 1", "the first attempt")),
     ("Pong seed 2", "Pong", 2, ("second Pong start", "the second Pong start")),
+    ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1)}
@@ -513,6 +514,7 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("the second Pong start", "-15,0,15,20", "ours, the second Pong start"),
     ("Breakout seed 2", "50,100,150,200,300,400", "ours, Breakout seed 2"),
     ("Pong seed 2", "-15,0,15,20", "ours, Pong seed 2"),
+    ("Pong seed 3", "-15,0,15,20", "ours, Pong seed 3"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
