@@ -39,7 +39,9 @@ What is computed, following the field's convention (CleanRL; Huang et al. 2022) 
   (from 2 a side it can only be 0, 1/4, 1/2, 3/4 or 1, and would read as decisive); its mean over envs is the
   overall figure;
 - with --milestones (e.g. 100,200,300), per run: the step, and the training time by then, at which the mean of
-  --window consecutive episodes first reaches each score (a table under the section's).
+  --window consecutive episodes first reaches each score (a table under the section's). Games scored on other
+  scales take scores of their own: --milestones ENV=SCORES for one env id (repeatable; a plain list is for the
+  other envs), one table per list.
 
 Published figures (CleanRL, openai/baselines ppo2; see PUBLISHED) stand beside ours. One from a longer budget
 is marked with it ("(at 10M)"). An env version with no published figure (Hopper-v5) gets the nearest
@@ -628,6 +630,17 @@ def milestone_table(script, rows, scores, window):
     return lines + [""]
 
 
+def milestone_tables(script, rows, milestones, window):
+    """One milestone table per list of scores: `milestones` maps an env id, or None for every other env, to its
+    scores; the tables come in the order of their first env."""
+    tables = {}  # scores -> the rows of the envs that take them, in order
+    for row in rows:
+        scores = milestones.get(row.env, milestones.get(None))
+        if scores:
+            tables.setdefault(tuple(scores), []).append(row)
+    return [line for scores, its_rows in tables.items() for line in milestone_table(script, its_rows, scores, window)]
+
+
 def on_grid(x, y, grid):
     """The value of the step function y(x) (last value at or before each grid point; nan before x[0])."""
     i = np.searchsorted(x, grid, side="right") - 1
@@ -876,9 +889,10 @@ def section_table(script, envs, rows, pois, base, order, notes):
 
 
 def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, plots=True, grid_points=200,
-            milestones=(), monitor_curves=()):
+            milestones=None, monitor_curves=()):
     """The markdown report of `runs` (and, if `out` and `plots`, the PNGs beside it, the steps plot with the
-    curves of `monitor_curves`: (label, folder of one N.monitor.csv folder per env id)). Returns the markdown."""
+    curves of `monitor_curves`: (label, folder of one N.monitor.csv folder per env id)), with the milestone tables
+    of `milestones` ({env id, or None for the others: scores}). Returns the markdown."""
     short = [r for r in runs if len(r.returns) < window]
     if short:
         warn(f"{len(short)} run(s) have fewer than {window} episodes; their figure is the mean of all their "
@@ -898,7 +912,7 @@ def compare(runs, baseline=None, window=100, resamples=2000, seed=0, out=None, p
         rows = section_rows(envs, order, window, resamples, seed)
         lines += section_table(script, envs, rows, improvements(rows, base, resamples, seed), base, order, notes)
         if milestones:
-            lines += milestone_table(script, rows, milestones, window)
+            lines += milestone_tables(script, rows, milestones, window)
         if out is not None and plots:
             for axis in ("steps", "time"):
                 png = plot(script, envs, order, axis, Path(out) / f"{script}_{axis}.png", window, resamples, seed,
@@ -1031,6 +1045,12 @@ def milestone_scores(text):
     return scores
 
 
+def env_milestone_scores(text):
+    """SCORES or ENV=SCORES -> (env id or None, [score, ...])."""
+    env, _, numbers = text.rpartition("=")
+    return env or None, milestone_scores(numbers)
+
+
 def monitor_curve_arg(text):
     label, sep, folder = text.partition("=")
     if not sep or not label or not folder:
@@ -1062,20 +1082,26 @@ def main(argv=None):
     p.add_argument("--include-unfinished", action="store_true",
                    help="also use sweep runs without a done marker")
     p.add_argument("--no-plots", action="store_true", help="only the table")
-    p.add_argument("--milestones", type=milestone_scores, default=(),
-                   help="scores, comma-separated (e.g. 100,200,300): where each run's curve first reaches each")
+    p.add_argument("--milestones", type=env_milestone_scores, action="append", default=[],
+                   help="scores, comma-separated (e.g. 100,200,300): where each run's curve first reaches each; "
+                        "ENV=SCORES gives one env id its own (repeatable)")
     p.add_argument("--monitor-curve", type=monitor_curve_arg, action="append", default=[], dest="monitor_curves",
                    metavar="LABEL=DIR", help="also draw, on the steps plot, the curve of the Stable-Baselines3 run "
                                              "whose N.monitor.csv files are in DIR/{env id}/ (repeatable)")
     args = p.parse_args(argv)
     if args.window < 1 or args.resamples < 1:
         p.error("--window and --resamples must be positive")
+    milestones = dict(args.milestones)
+    if len(milestones) < len(args.milestones):
+        p.error("--milestones: one list of scores per env id (and one for the others)")
     try:
         runs = find_runs(args.logdirs, args.script, args.include_unfinished, args.envs, args.variants)
+        for env in sorted(set(milestones) - {None} - {r.env for r in runs}):
+            warn(f"--milestones {env}=...: no run of {env}")
         out = Path(args.out) if args.out else unused_folder(Path(args.logdirs[0]) / "report")
         out.mkdir(parents=True, exist_ok=True)
         report = compare(runs, args.baseline, args.window, args.resamples, args.seed, out, not args.no_plots,
-                         milestones=args.milestones, monitor_curves=args.monitor_curves)
+                         milestones=milestones, monitor_curves=args.monitor_curves)
     except CompareError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

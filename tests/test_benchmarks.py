@@ -241,6 +241,29 @@ def test_compare_milestones_say_where_each_curve_first_reaches_a_score(tmp_path)
         run_compare(tmp_path, "--milestones", "100,lots")
 
 
+def test_compare_milestones_of_each_env_on_its_own_scale(tmp_path):
+    # Windows of 2 whole episodes. CartPole: means 15, 25, 25 at steps 20, 30, 40; Acrobot: -15, -10, -5.
+    write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[10, 20, 30, 20], sps_steps=[40])
+    write_run(tmp_path / "runs" / "Acrobot-v1__default__1__100", returns=[-20, -10, -10, 0], sps_steps=[40])
+    rc, out, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots", "--window", 2,
+                               "--milestones", "20,30", "--milestones=Acrobot-v1=-12,-5,0")
+    assert rc == 0, err
+    tables = [block for block in out.split("\n\n") if block.startswith("| env | variant | seed | ")]
+    assert len(tables) == 2, out  # one table per list of scores, each with only its envs
+    assert tables[0].splitlines()[0] == "| env | variant | seed | -12 | -5 | 0 |"
+    assert [cell.split(" (")[0].strip() for cell in tables[0].splitlines()[2].split("|")[1:-1]] == \
+        ["Acrobot-v1", "default", "1", "30", "40", "not reached"]
+    assert tables[1].splitlines()[0] == "| env | variant | seed | 20 | 30 |"
+    assert [cell.split(" (")[0].strip() for cell in tables[1].splitlines()[2].split("|")[1:-1]] == \
+        ["CartPole-v1", "default", "1", "30", "not reached"]
+    assert len(tables[0].splitlines()) == len(tables[1].splitlines()) == 3
+    # An env with scores of its own but no run is named; one env given two lists is refused.
+    rc, _, err = run_compare(tmp_path, "--out", tmp_path / "out", "--no-plots", "--milestones=Pong-v5=0")
+    assert rc == 0 and "--milestones Pong-v5=...: no run of Pong-v5" in err
+    with pytest.raises(SystemExit):
+        run_compare(tmp_path, "--milestones=Acrobot-v1=1", "--milestones=Acrobot-v1=2")
+
+
 def test_compare_duplicates_and_unfinished_sweep_runs(tmp_path):
     write_run(tmp_path / "runs" / "CartPole-v1__default__1__100", returns=[1.0])
     write_run(tmp_path / "runs" / "CartPole-v1__default__1__200", returns=[2.0])  # same seed, newer
