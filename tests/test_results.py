@@ -545,3 +545,37 @@ def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     elif unreached:  # a lost run: the first it never reached is "not by" its last logged step, the rest blank
         _, end = atari_10m_run(folder, game, seed)
         assert unreached == [f"not by {end / 1e6:.3f}".rstrip("0") + "M"] + [""] * (len(unreached) - 1), quoted
+
+
+def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
+    """The summary table at the top of atari_10m/README.md for each finished game ("| Breakout, the mean of 100
+    consecutive games | ..."): its rows "ours, seed N: first at step" and "ours, seed N: training time by then"
+    are that run's row of the regenerated milestone table (step, and the time in brackets), and their last
+    column its last-100 figure and training time in the regenerated table."""
+    readme = normalize((RESULTS / "atari_10m" / "README.md").read_text()).splitlines()
+    comparison = normalize(regenerate("atari_10m", tmp_dir)).splitlines()
+    headers = [i for i, line in enumerate(readme) if ", the mean of 100 consecutive games |" in line]
+    assert headers, "atari_10m/README.md has no summary table"
+    for at in headers:
+        game = readme[at].split(",")[0].strip("| ")
+        scores = [c.strip() for c in readme[at].split("|")[2:-2]]
+        rows = {}
+        for line in readme[at + 2:]:
+            if not line.startswith("| ours, seed "):
+                break
+            label, *cells = [c.strip() for c in line.split("|")[1:-1]]
+            rows[label] = cells
+        assert rows, readme[at]
+        for seed in {label.split(":")[0].split()[-1] for label in rows}:
+            (table_header,) = [i for i, line in enumerate(comparison) if line.startswith("| env | variant | seed | ")
+                               and any(row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")
+                                       for row in comparison[i + 2:i + 12])]
+            assert [c.strip() for c in comparison[table_header].split("|")[4:-1]] == scores, comparison[table_header]
+            (hits,) = [row for row in comparison[table_header + 2:]
+                       if row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")]
+            hits = [c.strip() for c in hits.split("|")[4:-1]]
+            (summary,) = [row for row in comparison if row.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ")]
+            last, wall_time = [c.strip() for c in summary.split("|")[4:-1]][0], summary.split("|")[7].strip()
+            assert rows[f"ours, seed {seed}: first at step"] == [h.split(" (")[0] for h in hits] + [last.split(" (")[0]]
+            assert rows[f"ours, seed {seed}: training time by then"] == \
+                [h.split(" (")[1].rstrip(")") if "(" in h else h for h in hits] + [wall_time]
