@@ -20,6 +20,7 @@ READMEs quote must be the newest measurement's. same_seed/'s comparisons of runs
 import contextlib
 import importlib.util
 import io
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -567,11 +568,14 @@ def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
             rows[label] = cells
         assert rows, readme[at]
         for seed in {label.split(":")[0].split()[-1] for label in rows}:
+            def table_rows(i):  # the rows under the header at line i, to the blank line that ends the table
+                return list(itertools.takewhile(str.strip, comparison[i + 2:]))
+
             (table_header,) = [i for i, line in enumerate(comparison) if line.startswith("| env | variant | seed | ")
                                and any(row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")
-                                       for row in comparison[i + 2:i + 12])]
+                                       for row in table_rows(i))]
             assert [c.strip() for c in comparison[table_header].split("|")[4:-1]] == scores, comparison[table_header]
-            (hits,) = [row for row in comparison[table_header + 2:]
+            (hits,) = [row for row in table_rows(table_header)
                        if row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")]
             hits = [c.strip() for c in hits.split("|")[4:-1]]
             (summary,) = [row for row in comparison if row.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ")]
