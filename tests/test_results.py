@@ -521,7 +521,8 @@ def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
     events, first reaches each score where the row says; of those it has not reached, a finished run's row says
     "not reached", a lost run's says "not by" its last logged step for the first and leaves the rest blank, a
-    training run's says "not yet" or blank."""
+    training run's says "not yet" or blank. Where the row's "last 100 games" column is filled, it is compare.py's
+    figure for the run: as is for a finished run, "FIGURE at STEPS" (where it ended) for one that did not finish."""
     folder, game, seed = run_of(title)
     out = io.StringIO()
     with contextlib.chdir(REPO), contextlib.redirect_stdout(out):
@@ -531,14 +532,20 @@ def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
                    if line.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ") and "(1 seed)" not in line]
     computed = [c.strip().split(" (")[0] for c in computed.split("|")[4:-1]]
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (quoted,) = [line for line in readme.splitlines() if line.startswith(f"| {row} (")]
+    (quoted_row,) = [line for line in readme.splitlines() if line.startswith(f"| {row} (")]
     n = len(milestones.split(","))
-    quoted = [c.strip() for c in quoted.split("|")[2:2 + n]]
+    quoted = [c.strip() for c in quoted_row.split("|")[2:2 + n]]
+    last_100 = [c.strip() for c in quoted_row.split("|")[2 + n:-1]]
     assert len(computed) == len(quoted) == n, (computed, quoted)
     reached = [ours for ours in computed if ours != "not reached"]
     assert quoted[:len(reached)] == reached, (computed, quoted)  # scores are reached in order: a prefix
     unreached = quoted[len(reached):]
     finished = (RESULTS / "atari_10m" / folder / f"ppo_atari/default/{game}NoFrameskip-v4/seed{seed}/done").exists()
+    if last_100 and last_100[0]:
+        (summary,) = [line for line in out.getvalue().splitlines()
+                      if line.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" in line]
+        figure, steps = summary.split("|")[4].split(" (")[0].strip(), summary.split("|")[6].strip()
+        assert last_100[0] == (figure if finished else f"{figure} at {steps}"), (last_100, summary)
     if finished:  # what it never reached, in compare.py's words
         assert unreached == ["not reached"] * len(unreached), quoted
     elif folder == "sweeps":  # still training
@@ -583,3 +590,22 @@ def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
             assert rows[f"ours, seed {seed}: first at step"] == [h.split(" (")[0] for h in hits] + [last.split(" (")[0]]
             assert rows[f"ours, seed {seed}: training time by then"] == \
                 [h.split(" (")[1].rstrip(")") if "(" in h else h for h in hits] + [wall_time]
+
+
+def test_atari_10m_headlines_are_the_comparison(tmp_dir):
+    """The bold headline of each game at the top of atari_10m/README.md ("**Pong, seed 3, at 9,687,040 steps:
+    20.67**") is that game's row of the regenerated comparison: its last-100 figure, the step it ended at ("10M"
+    for a run that trained its whole 9,999,360 steps) and, in the table of each seed's return, its seed."""
+    readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
+    headlines = re.findall(r"^\*\*(\w+), seed (\d+), at (10M|\d+) steps: (-?\d+\.\d+)\*\*", readme, re.M)
+    assert {game for game, *_ in headlines} == {"Breakout", "Pong"}, headlines
+    comparison = regenerate("atari_10m", tmp_dir).splitlines()
+    (per_seed_header,) = [line for line in comparison if re.match(r"\| env \| variant \| seed \d", line)]
+    per_seed_header = [c.strip() for c in per_seed_header.split("|")]
+    for game, seed, steps, figure in headlines:
+        rows = [[c.strip() for c in line.split("|")] for line in comparison
+                if line.startswith(f"| {game}NoFrameskip-v4 | default | ")]
+        (summary,) = [cells for cells in rows if cells[4] == f"{figure} (1 seed)"]
+        assert summary[6] == ("9.999M" if steps == "10M" else f"{int(steps) / 1e6:.3f}".rstrip("0") + "M"), summary
+        (seeds,) = [cells for cells in rows if len(cells) == len(per_seed_header)]
+        assert per_seed_header[seeds.index(figure)] == f"seed {seed}", (per_seed_header, seeds)
