@@ -469,6 +469,19 @@ def games_of(title):
     return sorted(scalars["charts/episodic_return"], key=lambda game: game[0]), last_step
 
 
+def one_seed_summary(comparison, game):
+    """(figure, steps) of GAME's one-seed row in a comparison's summary table: "20.67", "9.687M"."""
+    (row,) = [line for line in comparison.splitlines()
+              if line.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" in line]
+    cells = [c.strip() for c in row.split("|")]
+    return cells[4].removesuffix(" (1 seed)"), cells[6]
+
+
+def millions(step):
+    """A step count as compare.py writes it: 9687040 -> "9.687M"."""
+    return f"{step / 1e6:.3f}".rstrip("0") + "M"
+
+
 def last_100_at(games, step):
     """The mean of the last 100 games that ended by `step`, as the README writes it (one decimal)."""
     last_100 = [value for game_step, value in games if game_step <= step][-100:]
@@ -542,17 +555,15 @@ def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     unreached = quoted[len(reached):]
     finished = (RESULTS / "atari_10m" / folder / f"ppo_atari/default/{game}NoFrameskip-v4/seed{seed}/done").exists()
     if last_100 and last_100[0]:
-        (summary,) = [line for line in out.getvalue().splitlines()
-                      if line.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" in line]
-        figure, steps = summary.split("|")[4].split(" (")[0].strip(), summary.split("|")[6].strip()
-        assert last_100[0] == (figure if finished else f"{figure} at {steps}"), (last_100, summary)
+        figure, steps = one_seed_summary(out.getvalue(), game)
+        assert last_100[0] == (figure if finished else f"{figure} at {steps}"), last_100
     if finished:  # what it never reached, in compare.py's words
         assert unreached == ["not reached"] * len(unreached), quoted
     elif folder == "sweeps":  # still training
         assert all(theirs in ("", "not yet") for theirs in unreached), quoted
     elif unreached:  # a lost run: the first it never reached is "not by" its last logged step, the rest blank
         _, end = atari_10m_run(folder, game, seed)
-        assert unreached == [f"not by {end / 1e6:.3f}".rstrip("0") + "M"] + [""] * (len(unreached) - 1), quoted
+        assert unreached == [f"not by {millions(end)}"] + [""] * (len(unreached) - 1), quoted
 
 
 def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
@@ -599,13 +610,12 @@ def test_atari_10m_headlines_are_the_comparison(tmp_dir):
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
     headlines = re.findall(r"^\*\*(\w+), seed (\d+), at (10M|\d+) steps: (-?\d+\.\d+)\*\*", readme, re.M)
     assert {game for game, *_ in headlines} == {"Breakout", "Pong"}, headlines
-    comparison = regenerate("atari_10m", tmp_dir).splitlines()
-    (per_seed_header,) = [line for line in comparison if re.match(r"\| env \| variant \| seed \d", line)]
+    comparison = regenerate("atari_10m", tmp_dir)
+    (per_seed_header,) = [line for line in comparison.splitlines() if re.match(r"\| env \| variant \| seed \d", line)]
     per_seed_header = [c.strip() for c in per_seed_header.split("|")]
     for game, seed, steps, figure in headlines:
-        rows = [[c.strip() for c in line.split("|")] for line in comparison
-                if line.startswith(f"| {game}NoFrameskip-v4 | default | ")]
-        (summary,) = [cells for cells in rows if cells[4] == f"{figure} (1 seed)"]
-        assert summary[6] == ("9.999M" if steps == "10M" else f"{int(steps) / 1e6:.3f}".rstrip("0") + "M"), summary
-        (seeds,) = [cells for cells in rows if len(cells) == len(per_seed_header)]
+        assert one_seed_summary(comparison, game) == \
+            (figure, "9.999M" if steps == "10M" else millions(int(steps))), (game, figure, steps)
+        (seeds,) = [cells for cells in ([c.strip() for c in line.split("|")] for line in comparison.splitlines())
+                    if cells[1:3] == [f"{game}NoFrameskip-v4", "default"] and len(cells) == len(per_seed_header)]
         assert per_seed_header[seeds.index(figure)] == f"seed {seed}", (per_seed_header, seeds)
