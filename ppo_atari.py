@@ -1219,7 +1219,29 @@ def record_games(env, video_dir, every_game):
     """The raw env, its episodes recorded as mp4s in video_dir: whole games, every frame (life losses never
     reset it), every game or gymnasium's 0, 1, 8, 27, ..."""
     trigger = (lambda game: True) if every_game else None
-    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
+    return StreamingRecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
+
+
+class StreamingRecordVideo(gym.wrappers.RecordVideo):
+    """gymnasium's RecordVideo, but each frame goes to the mp4 as it is played: RecordVideo keeps a game's frames
+    until it ends, about 11 GB for one that runs to the 108k-frame cap. A game cut short (Ctrl-C, a timeout)
+    leaves the video of what was played."""
+
+    writer = None
+
+    def _capture_frame(self):
+        frame = self.env.render()
+        if self.writer is None:  # a new video: its size is the first frame's
+            from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter  # only videos need moviepy
+            path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
+            self.writer = FFMPEG_VideoWriter(path, frame.shape[1::-1], self.frames_per_sec)
+        self.writer.write_frame(frame)
+
+    def stop_recording(self):
+        if self.writer is not None:
+            self.writer.close()  # ffmpeg finishes the file
+            self.writer = None
+        self.recording, self._video_name = False, None
 
 
 def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability, video_dir=None):

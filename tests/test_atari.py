@@ -29,6 +29,7 @@ SCRIPT = "ppo_atari"
 pa = load_script(SCRIPT)
 
 BREAKOUT, INVADERS, FREEWAY = "BreakoutNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4", "FreewayNoFrameskip-v4"
+PONG = "PongNoFrameskip-v4"
 TINY = ["--total-timesteps", 512, "--num-envs", 2, "--num-steps", 128, "--no-cuda"]  # 2 iterations of 256
 ALL_TAGS = [
     "charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
@@ -318,6 +319,22 @@ def test_logged_game_score_is_the_unclipped_sum_over_the_whole_game():
         return np.array(sums)
 
     check_game_scores(*play_until_games_end(envs, raw_rewards, 2))
+
+
+def running(pid):
+    """Whether process pid is alive (a zombie is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def video_frames(path):
+    """The number of frames in the video at path."""
+    capture, count = cv2.VideoCapture(str(path)), 0
+    while capture.read()[0]:
+        count += 1
+    return count
 
 
 def tap_evaluation_emulator(monkeypatch, on_reset, on_step):
@@ -905,12 +922,6 @@ def test_async_env_workers_go_quietly_with_a_killed_trainer(tmp_path):
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    def running(pid):
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
-
     for _ in range(100):
         if not any(running(w) for w in workers):
             break
@@ -936,10 +947,48 @@ def test_evaluation_videos_are_the_whole_games_played(tmp_path, monkeypatch):
     videos = sorted((tmp_path / "v").glob("*.mp4"))
     assert [v.name for v in videos] == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
     for video, frames in zip(videos, frames_per_game):
-        capture, count = cv2.VideoCapture(str(video)), 0
-        while capture.read()[0]:
-            count += 1
-        assert count == frames and frames > 100  # every frame of a whole game (5 lives), no life cut it short
+        assert video_frames(video) == frames > 100  # every frame of a whole game (5 lives), no life cut it short
+
+
+def test_videos_are_written_as_games_are_played(tmp_path):
+    """A recorded game goes to its mp4 frame by frame instead of waiting in memory for the game's end (a game
+    that runs to the 108k-frame cap would hold about 11 GB): 1,000 frames played hold far less than the
+    100 MB they take, and a process that dies mid-game (a timeout, a lost machine) leaves a video of every frame."""
+    def resident_bytes():  # of this process: the frames live in ale-py's arrays, which tracemalloc does not see
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    env = pa.make_env(PONG, 0, True, str(tmp_path / "here"), 0.0, every_game=True)()
+    env.reset(seed=0)
+    for _ in range(50):  # the video is started
+        env.step(0)
+    before = resident_bytes()
+    for _ in range(250):  # 1,000 frames of 210 x 160 x 3 bytes; no Pong game ends this soon
+        env.step(0)
+    assert resident_bytes() - before < 20e6
+    env.close()
+
+    # A process that plays 200 steps and then dies, killed in the middle of its game.
+    code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT / 'tests')!r}); from conftest import load_script\n"
+            f"pa = load_script({SCRIPT!r})\n"
+            f"env = pa.make_env({PONG!r}, 0, True, {str(tmp_path / 'killed')!r}, 0.0, every_game=True)()\n"
+            "env.reset(seed=0)\n"
+            "for _ in range(200): env.step(0)\n"
+            "recorder = env\n"
+            "while not isinstance(recorder, pa.gym.wrappers.RecordVideo): recorder = recorder.env\n"
+            "print(env.unwrapped.ale.getEpisodeFrameNumber(), recorder.writer.proc.pid, flush=True)\n"
+            "import time; time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        frames, encoder = map(int, proc.stdout.readline().split())
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(300):  # the encoder reads what was sent, then finishes the file and exits
+        if not running(encoder):
+            break
+        time.sleep(0.1)
+    assert video_frames(tmp_path / "killed" / "rl-video-episode-0.mp4") == frames + 1 > 800  # and the reset's
 
 
 def test_evaluation_records_every_game_quietly(trained, tmp_path):
