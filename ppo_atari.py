@@ -1244,30 +1244,34 @@ class StreamingRecordVideo(gym.wrappers.RecordVideo):
         self.recording, self._video_name = False, None
 
 
-def evaluate(agent, env_id, games, greedy, seed, device, repeat_action_probability, video_dir=None):
-    """Play whole games and return their scores. The policy sees the training wrappers, whichever env path it
-    was trained on (a lost life is followed by the same no-op and FIRE as in training, so a policy that never
-    learned to serve does not stall), but what counts is the game: all lives, unclipped rewards. With
-    video_dir, every game is recorded whole, as the emulator played it."""
+def play_games(agent, env_id, games, greedy, seed, device, repeat_action_probability, video_dir=None):
+    """Play whole games, yielding each one's score and length in frames as it ends. The policy sees the training
+    wrappers, whichever env path it was trained on (a lost life is followed by the same no-op and FIRE as in
+    training, so a policy that never learned to serve does not stall), but what counts is the game: all lives,
+    unclipped rewards. With video_dir, every game is recorded whole, as the emulator played it, and a game cut
+    short (Ctrl-C) keeps the video of what was played."""
     env = make_env(env_id, 0, video_dir is not None, video_dir, repeat_action_probability, every_game=True)()
-    scores = []
-    obs, _ = env.reset(seed=seed)
-    while len(scores) < games:
-        with torch.inference_mode():
-            action = agent.act(torch.as_tensor(obs, device=device).unsqueeze(0), greedy)
-        obs, _, terminated, truncated, info = env.step(action.item())
-        if terminated or truncated:
-            if "episode" in info:  # the game is over, not just a life
-                scores.append(float(info["episode"]["r"]))
-                if len(scores) == games:
-                    break  # no new game after the last: it would be recorded as one more video
-            obs, _ = env.reset(seed=seed + len(scores))  # the seed only reaches a new game; a life goes on
-    env.close()
-    return scores
+    played = 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        while played < games:
+            with torch.inference_mode():
+                action = agent.act(torch.as_tensor(obs, device=device).unsqueeze(0), greedy)
+            obs, _, terminated, truncated, info = env.step(action.item())
+            if terminated or truncated:
+                if "episode" in info:  # the game is over, not just a life
+                    played += 1
+                    yield float(info["episode"]["r"]), int(info["episode"]["l"])
+                    if played == games:
+                        break  # no new game after the last: it would be recorded as one more video
+                obs, _ = env.reset(seed=seed + played)  # the seed only reaches a new game; a life goes on
+    finally:
+        env.close()
 
 
 def evaluate_checkpoint(args, ckpt, device):
-    """--eval-checkpoint: play whole games with the saved policy and print mean +- std of the scores."""
+    """--eval-checkpoint: play whole games with the saved policy, a line for each as it ends (a game can last
+    minutes), and print mean +- std of the scores. Ctrl-C stops it with the mean of the games played whole."""
     if RANK != 0:
         return  # [aux-2] one evaluation, on rank 0
     n_actions = ckpt["model"]["actor.weight"].shape[0]
@@ -1276,13 +1280,25 @@ def evaluate_checkpoint(args, ckpt, device):
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
     torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
-    scores = evaluate(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed, device,
-                      args.repeat_action_probability, video_dir)
+    scores, stopped = [], False
+    try:
+        for score, frames in play_games(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed,
+                                        device, args.repeat_action_probability, video_dir):
+            scores.append(score)
+            print(f"game {len(scores)}/{args.eval_episodes}: {score:g} in {frames} frames", flush=True)
+    except KeyboardInterrupt:  # a person who wants the games played so far, not a traceback
+        stopped = True
+        print(f"stopped by Ctrl-C during game {len(scores) + 1} of {args.eval_episodes}; it does not count",
+              file=sys.stderr, flush=True)
     mode = "greedy" if args.eval_deterministic else "sampled"
-    print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
-          f"of the policy at step {ckpt['global_step']}")
+    if scores:
+        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
+              f"of the policy at step {ckpt['global_step']}")
     if video_dir:
-        print(f"videos of the {len(scores)} games in {video_dir}")
+        print(f"videos of the games played in {video_dir}" if stopped else
+              f"videos of the {len(scores)} games in {video_dir}")
+    if stopped:
+        sys.exit(130)  # 128 + SIGINT, as the shell reports a run that Ctrl-C ended
 
 
 # ----------------------------------------------------------------------------------------------

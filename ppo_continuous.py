@@ -1108,35 +1108,36 @@ def recording_env(env_id, video_dir, every_episode):
     return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
 
 
-def evaluate(agent, obs_rms, args, device, video_dir=None):
-    """Run the policy without training, with the normalisation statistics frozen as they were saved.
-    Returns the episode returns in the environment's own reward units. With video_dir, every episode is
-    recorded."""
+def play_episodes(agent, obs_rms, args, device, video_dir=None):
+    """Run the policy without training, with the normalisation statistics frozen as they were saved, yielding
+    each episode's return (in the environment's own reward units) and length as it ends. With video_dir, every
+    episode is recorded, and one cut short (Ctrl-C) keeps the video of what was played."""
     env = make_env(args.env_id, 0, video_dir is not None, video_dir, every_episode=True)()
     low, high = env.action_space.low, env.action_space.high
-    returns = []
-    for episode in range(args.eval_episodes):
-        obs, _ = env.reset(seed=args.seed + episode)
-        done, total = False, 0.0
-        while not done:
-            if args.norm_obs:
-                obs = normalize_obs(obs, obs_rms, args.clip_obs)
-            obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            with torch.inference_mode():
-                if args.eval_deterministic:
-                    action = agent.actor_mean(obs)
-                else:
-                    action = agent.get_action_and_value(obs[None])[0][0]
-            obs, reward, terminated, truncated, _ = env.step(np.clip(action.cpu().numpy(), low, high))
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return returns
+    try:
+        for episode in range(args.eval_episodes):
+            obs, _ = env.reset(seed=args.seed + episode)
+            done, total, steps = False, 0.0, 0
+            while not done:
+                if args.norm_obs:
+                    obs = normalize_obs(obs, obs_rms, args.clip_obs)
+                obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                with torch.inference_mode():
+                    if args.eval_deterministic:
+                        action = agent.actor_mean(obs)
+                    else:
+                        action = agent.get_action_and_value(obs[None])[0][0]
+                obs, reward, terminated, truncated, _ = env.step(np.clip(action.cpu().numpy(), low, high))
+                total, steps = total + float(reward), steps + 1
+                done = terminated or truncated
+            yield total, steps
+    finally:
+        env.close()
 
 
 def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
-    """--eval-checkpoint: play the saved policy, with the saved statistics, and print mean +- std of its returns."""
+    """--eval-checkpoint: play the saved policy, with the saved statistics, a line per episode, and print mean +-
+    std of its returns. Ctrl-C stops it with the mean of the episodes played whole."""
     for name in ("norm_obs", "clip_obs"):  # the policy must see observations as it was trained
         setattr(args, name, ckpt["args"][name])
     agent = Agent(obs_size, action_size).to(device)
@@ -1144,12 +1145,24 @@ def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
     torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
-    returns = evaluate(agent, obs_rms, args, device, video_dir)
+    returns, stopped = [], False
+    try:
+        for episode_return, steps in play_episodes(agent, obs_rms, args, device, video_dir):
+            returns.append(episode_return)
+            print(f"episode {len(returns)}/{args.eval_episodes}: {episode_return:.2f} in {steps} steps", flush=True)
+    except KeyboardInterrupt:  # a person who wants the episodes played so far, not a traceback
+        stopped = True
+        print(f"stopped by Ctrl-C during episode {len(returns) + 1} of {args.eval_episodes}; it does not count",
+              file=sys.stderr, flush=True)
     mode = "deterministic" if args.eval_deterministic else "sampled"
-    print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
-          f"of the policy at step {ckpt['global_step']}")
+    if returns:
+        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
+              f"of the policy at step {ckpt['global_step']}")
     if video_dir:
-        print(f"videos of the {len(returns)} episodes in {video_dir}")
+        print(f"videos of the episodes played in {video_dir}" if stopped else
+              f"videos of the {len(returns)} episodes in {video_dir}")
+    if stopped:
+        sys.exit(130)  # 128 + SIGINT, as the shell reports a run that Ctrl-C ended
 
 
 # ----------------------------------------------------------------------------------------------

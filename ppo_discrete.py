@@ -987,38 +987,52 @@ def recording_env(env_id, video_dir, every_episode):
     return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=trigger, disable_logger=True)
 
 
-def evaluate(agent, env_id, episodes, greedy, seed, device, video_dir=None):
-    """Run the policy without training; returns the episode returns. With video_dir, every episode is recorded."""
+def play_episodes(agent, env_id, episodes, greedy, seed, device, video_dir=None):
+    """Run the policy without training, yielding each episode's return and length as it ends. With video_dir,
+    every episode is recorded, and one cut short (Ctrl-C) keeps the video of what was played."""
     env = make_env(env_id, 0, video_dir is not None, video_dir, every_episode=True)()
-    returns = []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        done, total = False, 0.0
-        while not done:
-            with torch.inference_mode():
-                action = agent.act(torch.as_tensor(obs, dtype=torch.float32, device=device), greedy)
-            obs, reward, terminated, truncated, _ = env.step(action.item())
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return returns
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            done, total, steps = False, 0.0, 0
+            while not done:
+                with torch.inference_mode():
+                    action = agent.act(torch.as_tensor(obs, dtype=torch.float32, device=device), greedy)
+                obs, reward, terminated, truncated, _ = env.step(action.item())
+                total, steps = total + float(reward), steps + 1
+                done = terminated or truncated
+            yield total, steps
+    finally:
+        env.close()
 
 
 def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
-    """--eval-checkpoint: play the saved policy and print mean +- std of its returns."""
+    """--eval-checkpoint: play the saved policy, a line per episode, and print mean +- std of its returns.
+    Ctrl-C stops it with the mean of the episodes played whole."""
     agent = Agent(obs_size, n_actions).to(device)
     agent.load_state_dict(ckpt["model"])
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
     torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
-    returns = evaluate(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed, device,
-                       video_dir)
+    returns, stopped = [], False
+    try:
+        for episode_return, steps in play_episodes(agent, args.env_id, args.eval_episodes, args.eval_deterministic,
+                                                   args.seed, device, video_dir):
+            returns.append(episode_return)
+            print(f"episode {len(returns)}/{args.eval_episodes}: {episode_return:.2f} in {steps} steps", flush=True)
+    except KeyboardInterrupt:  # a person who wants the episodes played so far, not a traceback
+        stopped = True
+        print(f"stopped by Ctrl-C during episode {len(returns) + 1} of {args.eval_episodes}; it does not count",
+              file=sys.stderr, flush=True)
     mode = "greedy" if args.eval_deterministic else "sampled"
-    print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
-          f"of the policy at step {ckpt['global_step']}")
+    if returns:
+        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
+              f"of the policy at step {ckpt['global_step']}")
     if video_dir:
-        print(f"videos of the {len(returns)} episodes in {video_dir}")
+        print(f"videos of the episodes played in {video_dir}" if stopped else
+              f"videos of the {len(returns)} episodes in {video_dir}")
+    if stopped:
+        sys.exit(130)  # 128 + SIGINT, as the shell reports a run that Ctrl-C ended
 
 
 # ----------------------------------------------------------------------------------------------

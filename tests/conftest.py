@@ -155,3 +155,13 @@ def load_script(script_name):
             raise
         _modules[name] = module
     return _modules[name]
+
+
+def video_frames(path):
+    """The number of frames in the video at path."""
+    import cv2  # in requirements.txt for ppo_atari.py, which resizes frames with it
+
+    capture, count = cv2.VideoCapture(str(path)), 0
+    while capture.read()[0]:
+        count += 1
+    return count

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from conftest import (REPO_ROOT, load_script, main_in_process, only_run_dir, read_scalars, run_script, run_scripts,
-                      script_env)
+                      script_env, video_frames)
 
 SCRIPT = "ppo_atari"
 pa = load_script(SCRIPT)
@@ -329,16 +329,8 @@ def running(pid):
         return False
 
 
-def video_frames(path):
-    """The number of frames in the video at path."""
-    capture, count = cv2.VideoCapture(str(path)), 0
-    while capture.read()[0]:
-        count += 1
-    return count
-
-
 def tap_evaluation_emulator(monkeypatch, on_reset, on_step):
-    """Make the envs that evaluate() builds call on_reset() at each real reset of their raw emulator (a game starts)
+    """Make the envs that play_games() builds call on_reset() at each real reset of their raw emulator (a game starts)
     and on_step(reward) after each of its frames, with the emulator's own unclipped reward."""
     make_env = pa.make_env
 
@@ -368,7 +360,7 @@ def tap_evaluation_emulator(monkeypatch, on_reset, on_step):
 
 
 def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
-    # On the raw emulator of the env that evaluate() makes: a real reset starts a game, every raw reward adds to it.
+    # On the raw emulator of the env that play_games() makes: a real reset starts a game, every raw reward adds to it.
     games = []
 
     def add_reward(reward):
@@ -377,7 +369,7 @@ def test_evaluation_scores_whole_games_of_unclipped_rewards(monkeypatch):
     tap_evaluation_emulator(monkeypatch, on_reset=lambda: games.append(0.0), on_step=add_reward)
     torch.manual_seed(0)
     agent = pa.Agent(gym.make(INVADERS).action_space.n)  # untrained: plays about at random, loses all lives
-    scores = pa.evaluate(agent, INVADERS, 2, False, 3, torch.device("cpu"), 0.0)
+    scores = [score for score, _ in pa.play_games(agent, INVADERS, 2, False, 3, torch.device("cpu"), 0.0)]
     assert len(scores) == 2 and scores == games[:2]  # each score is one whole game's unclipped reward sum
     assert max(scores) > 5  # Space Invaders pays 5 to 30 a hit: the rewards were not clipped to 1
 
@@ -942,8 +934,9 @@ def test_evaluation_videos_are_the_whole_games_played(tmp_path, monkeypatch):
     tap_evaluation_emulator(monkeypatch, on_reset=lambda: frames_per_game.append(1), on_step=count_frame)
     torch.manual_seed(0)
     agent = pa.Agent(4)  # untrained: loses its lives quickly
-    scores = pa.evaluate(agent, BREAKOUT, 2, False, 3, torch.device("cpu"), 0.0, video_dir=str(tmp_path / "v"))
+    scores = list(pa.play_games(agent, BREAKOUT, 2, False, 3, torch.device("cpu"), 0.0, video_dir=str(tmp_path / "v")))
     assert len(scores) == 2 and len(frames_per_game) == 2  # no third game started after the last
+    assert [frames for _, frames in scores] == [frames - 1 for frames in frames_per_game]  # its length: the steps
     videos = sorted((tmp_path / "v").glob("*.mp4"))
     assert [v.name for v in videos] == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
     for video, frames in zip(videos, frames_per_game):

@@ -392,17 +392,17 @@ def test_evaluate_uses_and_never_updates_the_saved_statistics(pc, pendulum_run, 
     agent = pc.Agent(3, 1)
     agent.load_state_dict(ckpt["model"])
     args = pc.Args(env_id="Pendulum-v1", eval_episodes=2)
-    returns = pc.evaluate(agent, obs_rms, args, torch.device("cpu"))
+    returns = [r for r, _ in pc.play_episodes(agent, obs_rms, args, torch.device("cpu"))]
     assert calls == []
     np.testing.assert_array_equal(obs_rms.mean, mean)
     np.testing.assert_array_equal(obs_rms.var, var)
     assert obs_rms.count == count
     assert len(returns) == 2 and all(-16.3 * 200 <= r <= 0 for r in returns)
     # the subprocess printed the same numbers: it evaluated with the same saved statistics
-    printed_mean = float(result.stdout.split(":")[1].split("+-")[0])
+    printed_mean = float([line for line in result.stdout.splitlines() if "+-" in line][0].split(":")[1].split("+-")[0])
     assert printed_mean == pytest.approx(np.mean(returns), abs=0.011)
     # and the statistics matter: fresh ones give a different policy input, so different returns
-    assert pc.evaluate(agent, pc.RunningMeanStd((3,)), args, torch.device("cpu")) != returns
+    assert [r for r, _ in pc.play_episodes(agent, pc.RunningMeanStd((3,)), args, torch.device("cpu"))] != returns
 
 
 def test_resume_continues_from_the_saved_statistics(resumed_run):

@@ -22,7 +22,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from conftest import (REPO_ROOT, SCRIPTS, load_script, main_in_process, read_scalars, run_dirs, run_script, run_scripts,
-                      script_env)
+                      script_env, video_frames)
 
 # Tiny runs: 4 iterations of 128 steps, 4 epochs of 4 minibatches of 32 (16 updates an iteration).
 TINY = {
@@ -294,6 +294,58 @@ def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, 
     assert played
     same = [bool(torch.equal(best_action, action)) for best_action, action in played]
     assert all(same) if best else not all(same)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, checkpoints, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the middle of --eval-checkpoint's second episode: no traceback but a line saying so, the first
+    episode's line and the mean +- std of it alone (the one cut short does not count), the video of what was
+    played of the second kept, and exit status 130. A line per episode is printed as it ends."""
+    module = load_script(script)
+    steps, interrupt_at = [], []
+
+    def interrupting_make_env(*args, **kwargs):
+        thunk = real_make_env(*args, **kwargs)
+
+        def make():
+            env = thunk()
+            real_step = env.step
+
+            def step(action):
+                steps.append(action)
+                if len(steps) == sum(interrupt_at):
+                    raise KeyboardInterrupt  # where Python raises it: as the env step returns to the interpreter
+                return real_step(action)
+
+            env.step = step
+            return env
+
+        return make
+
+    real_make_env = module.make_env
+    monkeypatch.setattr(module, "make_env", interrupting_make_env)
+    unit = "game" if script == "ppo_atari" else "episode"
+    whole = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", 1], tmp_path,
+                            monkeypatch, capsys)
+    assert whole[0] == 0, whole[1]
+    first_line, summary = whole[2].splitlines()
+    assert first_line.startswith(f"{unit} 1/1: ") and "+-" in summary
+    if script != "ppo_atari":  # the Atari line counts frames (4 a step), not steps
+        assert first_line.endswith(f" in {len(steps)} steps")
+    first_episode_steps = len(steps)
+    steps.clear()
+    interrupt_at.append(first_episode_steps + 3)  # the greedy policy plays the first episode again, step for step
+    code, err, out = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", 3,
+                                              "--capture-video"], tmp_path, monkeypatch, capsys)
+    assert code == 130
+    assert err.strip() == f"stopped by Ctrl-C during {unit} 2 of 3; it does not count"
+    lines = out.splitlines()
+    assert lines[0] == first_line.replace("/1:", "/3:") and lines[1] == summary  # the first one's, alone
+    assert len(lines) == 3 and lines[2].startswith("videos of the games played in" if script == "ppo_atari" else
+                                                   "videos of the episodes played in")
+    videos = sorted((tmp_path / "videos").rglob("*.mp4"))
+    assert [v.name for v in videos] == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
+    assert video_frames(videos[1]) >= 3  # the reset's frame and the two steps' played before Ctrl-C, at least
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
