@@ -1288,7 +1288,7 @@ def evaluate_checkpoint(args, ckpt, device):
             print(f"game {len(scores)}/{args.eval_episodes}: {score:g} in {frames} frames", flush=True)
     except KeyboardInterrupt:  # a person who wants the games played so far, not a traceback
         stopped = True
-        print(f"stopped by Ctrl-C during game {len(scores) + 1} of {args.eval_episodes}; it does not count",
+        print(f"stopped by Ctrl-C with {len(scores)} of {args.eval_episodes} games played whole: only those count",
               file=sys.stderr, flush=True)
     mode = "greedy" if args.eval_deterministic else "sampled"
     if scores:

@@ -1022,7 +1022,7 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
             print(f"episode {len(returns)}/{args.eval_episodes}: {episode_return:.2f} in {steps} steps", flush=True)
     except KeyboardInterrupt:  # a person who wants the episodes played so far, not a traceback
         stopped = True
-        print(f"stopped by Ctrl-C during episode {len(returns) + 1} of {args.eval_episodes}; it does not count",
+        print(f"stopped by Ctrl-C with {len(returns)} of {args.eval_episodes} episodes played whole: only those count",
               file=sys.stderr, flush=True)
     mode = "greedy" if args.eval_deterministic else "sampled"
     if returns:

@@ -338,7 +338,7 @@ def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, checkpoint
     code, err, out = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", 3,
                                               "--capture-video"], tmp_path, monkeypatch, capsys)
     assert code == 130
-    assert err.strip() == f"stopped by Ctrl-C during {unit} 2 of 3; it does not count"
+    assert err.strip() == f"stopped by Ctrl-C with 1 of 3 {unit}s played whole: only those count"
     lines = out.splitlines()
     assert lines[0] == first_line.replace("/1:", "/3:") and lines[1] == summary  # the first one's, alone
     assert len(lines) == 3 and lines[2].startswith("videos of the games played in" if script == "ppo_atari" else
