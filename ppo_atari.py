@@ -472,7 +472,7 @@ def train(args, ckpt, device):
     # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
     # Adam's update in one call per step instead of one per tensor (it rounds differently in the last bit).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    start_iteration, global_step, returns_so_far = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0, [])
     seed_this_process(args, start_iteration)  # [aux-2] the same initial network, actions drawn independently
     penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
@@ -494,8 +494,8 @@ def train(args, ckpt, device):
     seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh games
     next_obs_np, _ = envs.reset(seed=seed + first_env)  # env i gets seed + i on both paths
     next_obs = torch.as_tensor(next_obs_np, device=device)
-    recent_returns = deque(maxlen=100)
-    control.start(agent, optimizer, penalty, envs, writer, start_iteration, global_step)
+    recent_returns = deque(returns_so_far, maxlen=100)  # carried over a resume, so the run's last 100 are its own
+    control.start(agent, optimizer, penalty, envs, writer, start_iteration, global_step, recent_returns)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -940,7 +940,8 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
+def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, recent_returns=(),
+                    writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done. [aux-2] One run, one
@@ -952,7 +953,7 @@ def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "kl_coef": kl_coef, "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": rng,
+        "rng": rng, "recent_returns": [float(r) for r in recent_returns],
     }
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -969,13 +970,14 @@ def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step
 
 def restore_checkpoint(ckpt, agent, optimizer):
     """What save_checkpoint wrote, put back: the network, Adam's moments and step counts, and the generators.
-    Returns (the first iteration still to train, the step reached)."""
+    Returns (the first iteration still to train, the step reached, the returns of the last 100 episodes before
+    it; none from a checkpoint written before they were kept)."""
     agent.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if ckpt["rng"].get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-    return ckpt["iteration"] + 1, ckpt["global_step"]
+    return ckpt["iteration"] + 1, ckpt["global_step"], ckpt.get("recent_returns", [])
 
 
 def rng_states():
@@ -1037,11 +1039,12 @@ class RunControl:
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop = StopSignals()
 
-    def start(self, agent, optimizer, penalty, envs, writer, start_iteration, start_step):
+    def start(self, agent, optimizer, penalty, envs, writer, start_iteration, start_step, recent_returns):
         self.agent, self.optimizer, self.penalty, self.envs, self.writer = agent, optimizer, penalty, envs, writer
         self.progress = Progress(self.args.progress and RANK == 0, self.args.progress_interval, self.total_steps,
                                  start_step, measure="score")
         self.last_saved_at, self.completed, self.rng = time.time(), start_iteration - 1, rng_states()
+        self.recent = list(recent_returns)
 
     def stopping(self):
         return any_process(self.stop, self.device)
@@ -1059,7 +1062,8 @@ class RunControl:
     def end_iteration(self, iteration, global_step, recent_returns):
         """After an iteration's update and logs. False when the loop must stop."""
         check_in_sync(self.agent, global_step)
-        self.completed, self.rng = iteration, rng_states()  # what a checkpoint of this iteration holds
+        # What a checkpoint of this iteration holds.
+        self.completed, self.rng, self.recent = iteration, rng_states(), list(recent_returns)
         self.progress.update(global_step, recent_returns)
         if self.stopping():
             return False
@@ -1070,7 +1074,7 @@ class RunControl:
 
     def save(self, global_step):
         save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.penalty.coef, self.args, self.run.name,
-                        global_step, self.completed, self.rng, self.writer)
+                        global_step, self.completed, self.rng, self.recent, self.writer)
 
     def finish(self, global_step, recent_returns):
         self.progress.end_line()
@@ -1156,9 +1160,8 @@ def announce_end(progress, global_step, recent_scores, run_dir, ckpt_path):
         return
     mean_score = f"{np.mean(recent_scores):.2f}" if recent_scores else "- (no game ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
-    window = "last 100 since resuming" if progress.start_step else "last 100"  # compare.py reads the whole run
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
-          f"({progress.steps_per_second(global_step)} steps/s); score({window}) {mean_score}; "
+          f"({progress.steps_per_second(global_step)} steps/s); score(last 100) {mean_score}; "
           f"logs in {run_dir}{saved}", flush=True)
 
 

@@ -380,7 +380,7 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
     # Adam's update in one call per step instead of one per tensor; it rounds differently in the last bit.
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    start_iteration, global_step, returns_so_far = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0, [])
     penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
 
@@ -406,9 +406,9 @@ def train(args, ckpt, obs_size, action_size, obs_rms, return_rms, device):
     next_obs_raw, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
     next_obs = observe(next_obs_raw, update=ckpt is None)  # resuming alone must not move the statistics
     discounted_return = np.zeros(args.num_envs)
-    recent_returns = deque(maxlen=100)
+    recent_returns = deque(returns_so_far, maxlen=100)  # carried over a resume, so the run's last 100 are its own
     control = RunControl(args, run, agent, optimizer, (obs_rms, return_rms, penalty), envs, writer, device,
-                         num_iterations * batch_size, start_iteration, global_step)
+                         num_iterations * batch_size, start_iteration, global_step, recent_returns)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -835,7 +835,8 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, recent_returns=(),
+                    writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done.
@@ -849,7 +850,7 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "obs_rms": stats["obs_rms"], "return_rms": stats["return_rms"], "kl_coef": stats["kl_coef"],
         "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": rng,
+        "rng": rng, "recent_returns": [float(r) for r in recent_returns],
     }
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -866,13 +867,14 @@ def save_checkpoint(path, agent, optimizer, stats, args, run_name, global_step, 
 
 def restore_checkpoint(ckpt, agent, optimizer):
     """What save_checkpoint wrote, put back: the network, Adam's moments and step counts, and the generators.
-    Returns (the first iteration still to train, the step reached)."""
+    Returns (the first iteration still to train, the step reached, the returns of the last 100 episodes before
+    it; none from a checkpoint written before they were kept)."""
     agent.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if ckpt["rng"].get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-    return ckpt["iteration"] + 1, ckpt["global_step"]
+    return ckpt["iteration"] + 1, ckpt["global_step"], ckpt.get("recent_returns", [])
 
 
 def restore_statistics(ckpt, obs_size, obs_rms, return_rms):
@@ -931,7 +933,7 @@ class RunControl:
     moved them already (the update does not)."""
 
     def __init__(self, args, run, agent, optimizer, statistics, envs, writer, device, total_steps, start_iteration,
-                 start_step):
+                 start_step, recent_returns):
         self.args, self.run, self.agent, self.optimizer = args, run, agent, optimizer
         self.envs, self.writer = envs, writer
         self.obs_rms, self.return_rms, self.penalty = statistics
@@ -939,6 +941,7 @@ class RunControl:
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop, self.last_saved_at = StopSignals(), time.time()
         self.completed, self.rng, self.stats = start_iteration - 1, rng_states(), self.statistics()
+        self.recent = list(recent_returns)
 
     def statistics(self):
         return {"obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict(),
@@ -956,8 +959,9 @@ class RunControl:
 
     def end_iteration(self, iteration, global_step, recent_returns):
         """After an iteration's update and logs. False when the loop must stop."""
-        # What a checkpoint of this iteration holds.
+        # What a checkpoint of this iteration holds (a stop drops the partial rollout's episodes too).
         self.completed, self.rng, self.stats = iteration, rng_states(), self.statistics()
+        self.recent = list(recent_returns)
         self.progress.update(global_step, recent_returns)
         if self.stop:
             return False
@@ -968,7 +972,7 @@ class RunControl:
 
     def save(self, global_step):
         save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.stats, self.args, self.run.name,
-                        global_step, self.completed, self.rng, self.writer)
+                        global_step, self.completed, self.rng, self.recent, self.writer)
 
     def finish(self, global_step, recent_returns):
         self.progress.end_line()
@@ -1041,9 +1045,8 @@ def announce_start(args, run_dir, device, steps, start_step):
 def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
     mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "- (no episode ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
-    window = "last 100 since resuming" if progress.start_step else "last 100"  # compare.py reads the whole run
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
-          f"({progress.steps_per_second(global_step)} steps/s); return({window}) {mean_return}; "
+          f"({progress.steps_per_second(global_step)} steps/s); return(last 100) {mean_return}; "
           f"logs in {run_dir}{saved}", flush=True)
 
 

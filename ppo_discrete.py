@@ -326,7 +326,7 @@ def train(args, ckpt, obs_size, n_actions, device):
     # [core-3] Adam with epsilon 1e-5 (ppo2's value, not PyTorch's default 1e-8). The fused kernel does
     # Adam's update in one call per step instead of one per tensor; it rounds differently in the last bit.
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    start_iteration, global_step = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0)
+    start_iteration, global_step, returns_so_far = restore_checkpoint(ckpt, agent, optimizer) if ckpt else (1, 0, [])
     penalty = KLPenalty(args, ckpt)
     writer = open_logs(args, run, resumed_at=global_step if ckpt else None)
 
@@ -342,9 +342,9 @@ def train(args, ckpt, obs_size, n_actions, device):
     seed = args.seed + (start_iteration - 1) * args.num_envs  # a resumed run starts fresh episodes
     next_obs_np, _ = envs.reset(seed=[seed + i for i in range(args.num_envs)])
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
-    recent_returns = deque(maxlen=100)
+    recent_returns = deque(returns_so_far, maxlen=100)  # carried over a resume, so the run's last 100 are its own
     control = RunControl(args, run, agent, optimizer, penalty, envs, writer, device, num_iterations * batch_size,
-                         start_iteration, global_step)
+                         start_iteration, global_step, recent_returns)
 
     for iteration in range(start_iteration, num_iterations + 1):
         # [core-4] Learning rate annealed linearly to 0; [aux-1] optionally the clip range too.
@@ -743,7 +743,8 @@ def resumed_run_dir(checkpoint_path, ckpt):
     return run_dir
 
 
-def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
+def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, recent_returns=(),
+                    writer=None):
     """Write atomically (a temporary file, synced, then renamed over the old one): a kill at any moment,
     even during the write, leaves the previous checkpoint intact. The logs are flushed first, so everything
     up to the checkpoint's step is on disk when the checkpoint says it was done."""
@@ -752,7 +753,7 @@ def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step
     ckpt = {
         "script": SCRIPT, "args": asdict(args), "run_name": run_name, "model": agent.state_dict(),
         "kl_coef": kl_coef, "optimizer": optimizer.state_dict(), "global_step": global_step, "iteration": iteration,
-        "rng": rng,
+        "rng": rng, "recent_returns": [float(r) for r in recent_returns],
     }
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -769,13 +770,14 @@ def save_checkpoint(path, agent, optimizer, kl_coef, args, run_name, global_step
 
 def restore_checkpoint(ckpt, agent, optimizer):
     """What save_checkpoint wrote, put back: the network, Adam's moments and step counts, and the generators.
-    Returns (the first iteration still to train, the step reached)."""
+    Returns (the first iteration still to train, the step reached, the returns of the last 100 episodes before
+    it; none from a checkpoint written before they were kept)."""
     agent.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if ckpt["rng"].get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-    return ckpt["iteration"] + 1, ckpt["global_step"]
+    return ckpt["iteration"] + 1, ckpt["global_step"], ckpt.get("recent_returns", [])
 
 
 def rng_states():
@@ -822,13 +824,13 @@ class RunControl:
     line, the periodic checkpoint) and `finish` (the last checkpoint, closing, the last line)."""
 
     def __init__(self, args, run, agent, optimizer, penalty, envs, writer, device, total_steps, start_iteration,
-                 start_step):
+                 start_step, recent_returns):
         self.args, self.run, self.agent, self.optimizer, self.penalty = args, run, agent, optimizer, penalty
         self.envs, self.writer = envs, writer
         self.progress = Progress(args.progress, args.progress_interval, total_steps, start_step)
         announce_start(args, run.dir, device, total_steps, start_step)
         self.stop, self.last_saved_at = StopSignals(), time.time()
-        self.completed, self.rng = start_iteration - 1, rng_states()
+        self.completed, self.rng, self.recent = start_iteration - 1, rng_states(), list(recent_returns)
 
     def steps_per_second(self, global_step):
         return self.progress.steps_per_second(global_step)
@@ -842,7 +844,8 @@ class RunControl:
 
     def end_iteration(self, iteration, global_step, recent_returns):
         """After an iteration's update and logs. False when the loop must stop."""
-        self.completed, self.rng = iteration, rng_states()  # what a checkpoint of this iteration holds
+        # What a checkpoint of this iteration holds (a stop drops the partial rollout's episodes too).
+        self.completed, self.rng, self.recent = iteration, rng_states(), list(recent_returns)
         self.progress.update(global_step, recent_returns)
         if self.stop:
             return False
@@ -853,7 +856,7 @@ class RunControl:
 
     def save(self, global_step):
         save_checkpoint(self.run.checkpoint, self.agent, self.optimizer, self.penalty.coef, self.args, self.run.name,
-                        global_step, self.completed, self.rng, self.writer)
+                        global_step, self.completed, self.rng, self.recent, self.writer)
 
     def finish(self, global_step, recent_returns):
         self.progress.end_line()
@@ -926,9 +929,8 @@ def announce_start(args, run_dir, device, steps, start_step):
 def announce_end(progress, global_step, recent_returns, run_dir, ckpt_path):
     mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "- (no episode ended)"
     saved = f"; checkpoint saved to {ckpt_path}" if ckpt_path else ""
-    window = "last 100 since resuming" if progress.start_step else "last 100"  # compare.py reads the whole run
     print(f"{SCRIPT}: done, {global_step} steps in {fmt_duration(time.time() - progress.start_time)} "
-          f"({progress.steps_per_second(global_step)} steps/s); return({window}) {mean_return}; "
+          f"({progress.steps_per_second(global_step)} steps/s); return(last 100) {mean_return}; "
           f"logs in {run_dir}{saved}", flush=True)
 
 

@@ -806,9 +806,9 @@ def test_run_stopped_mid_rollout_resumes_with_its_statistics_schedule_and_cadenc
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
     saves, save = [], pc.save_checkpoint
 
-    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest):
         saves.append(iteration)
-        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest)
 
     monkeypatch.setattr(pc, "save_checkpoint", counting_save)
     code, err, out = run_main_in_process(pc, ["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
@@ -826,7 +826,10 @@ def test_run_stopped_mid_rollout_resumes_with_its_statistics_schedule_and_cadenc
     ckpt = _load(run_dir / "checkpoint.pt")
     assert ckpt["iteration"] == 10 and ckpt["global_step"] == 10 * BATCH
     assert ckpt["args"]["checkpoint_every"] == 4 and ckpt["args"]["save_model"] is False
-    assert "return(last 100 since resuming)" in out.splitlines()[-1]
+    # The closing line's figure is the run's own last 100 episodes, those before the stop among them.
+    episodes = [v for _, v in read_scalars(run_dir)["charts/episodic_return"]]
+    closing = float(re.search(r"return\(last 100\) (-?[\d.]+);", out.splitlines()[-1])[1])
+    assert closing == pytest.approx(np.mean(episodes[-100:]), abs=0.006), (len(episodes), closing)
     # The statistics went on from the stopped checkpoint's: 8 more rollouts (the resumed reset is not counted).
     assert ckpt["obs_rms"]["count"] == pytest.approx(stopped["obs_rms"]["count"] + 8 * BATCH, abs=1e-6)
     assert ckpt["return_rms"]["count"] == pytest.approx(stopped["return_rms"]["count"] + 8 * BATCH, abs=1e-6)
@@ -841,9 +844,9 @@ def test_stop_mid_rollout_saves_the_generators_as_they_were_at_the_end_of_the_it
     states = {}
     save = pc.save_checkpoint
 
-    def recording_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+    def recording_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest):
         states[iteration] = rng["torch"].clone()
-        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest)
 
     monkeypatch.setattr(pc, "save_checkpoint", recording_save)
     uninterrupted = tmp_path_factory.mktemp("uninterrupted")
@@ -895,9 +898,9 @@ def test_checkpoint_every_few_minutes(pc, tmp_path, monkeypatch, capsys):
     saves = []
     original = pc.save_checkpoint
 
-    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest):
         saves.append(iteration)
-        return original(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, writer)
+        return original(path, agent, optimizer, stats, args, run_name, global_step, iteration, rng, *rest)
 
     monkeypatch.setattr(pc, "save_checkpoint", counting_save)
     original_gae = pc.compute_gae

@@ -686,6 +686,9 @@ def test_signal_stops_with_a_checkpoint_of_the_last_whole_iteration(stopped_run)
     scalars = read_scalars(run_dir)
     for tag in PER_ITERATION_TAGS:
         assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, iteration + 1)], tag
+    # It keeps the returns of the episodes up to its step, not those of a partial rollout the stop dropped.
+    episodes = [v for s, v in scalars["charts/episodic_return"] if s <= iteration * BATCH]
+    assert ckpt["recent_returns"] == pytest.approx(episodes[-100:])
 
 
 @pytest.mark.parametrize("stopped_run", ["mid_rollout"], indirect=True)
@@ -695,16 +698,19 @@ def test_resumed_run_continues_steps_schedule_and_checkpoint_cadence(stopped_run
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # resumed from another folder, by absolute path
     saves, save = [], pd.save_checkpoint
 
-    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, *rest):
         saves.append(iteration)
-        return save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
+        return save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, *rest)
 
     monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     code, err, out = run_main_in_process(["--resume", run_dir / "checkpoint.pt"], elsewhere, monkeypatch, capsys)
     assert code == 0, err
     assert list(elsewhere.iterdir()) == []  # it logs into the checkpoint's run folder, not here
     assert "resuming at step 256" in out.splitlines()[0]
-    assert "return(last 100 since resuming)" in out.splitlines()[-1]
+    # The closing line's figure is the run's own last 100 episodes, those before the stop among them.
+    episodes = [v for _, v in read_scalars(run_dir)["charts/episodic_return"]]
+    closing = float(re.search(r"return\(last 100\) (-?[\d.]+);", out.splitlines()[-1])[1])
+    assert closing == pytest.approx(np.mean(episodes[-100:]), abs=0.006), (len(episodes), closing)
     scalars = read_scalars(run_dir)
     for tag in PER_ITERATION_TAGS:
         assert [s for s, _ in scalars[tag]] == [BATCH * i for i in range(1, 11)], tag
@@ -739,9 +745,9 @@ def test_checkpoint_every_few_minutes(tmp_path, monkeypatch, capsys):
     saves = []
     original = pd.save_checkpoint
 
-    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer=None):
+    def counting_save(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, *rest):
         saves.append(iteration)
-        return original(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, writer)
+        return original(path, agent, optimizer, kl_coef, args, run_name, global_step, iteration, rng, *rest)
 
     monkeypatch.setattr(pd, "save_checkpoint", counting_save)
     calls = [0]

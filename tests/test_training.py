@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from collections import deque
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -536,29 +537,30 @@ def tiny_state(script, seed):
     return module, agent, optimizer
 
 
-def save(module, path, agent, optimizer, rng, step):
+def save(module, path, agent, optimizer, rng, step, recent_returns=()):
     args = module.Args()
     if module.SCRIPT == "ppo_continuous":
         stats = {"obs_rms": module.RunningMeanStd((3,)).state_dict(), "return_rms": module.RunningMeanStd().state_dict(),
                  "kl_coef": 0.0}
-        module.save_checkpoint(path, agent, optimizer, stats, args, "run", step, step // 128, rng)
+        module.save_checkpoint(path, agent, optimizer, stats, args, "run", step, step // 128, rng, recent_returns)
     else:
-        module.save_checkpoint(path, agent, optimizer, 0.0, args, "run", step, step // 128, rng)
+        module.save_checkpoint(path, agent, optimizer, 0.0, args, "run", step, step // 128, rng, recent_returns)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_restore_puts_back_weights_adam_moments_and_generators(script, tmp_path):
+def test_restore_puts_back_weights_adam_moments_generators_and_returns(script, tmp_path):
     module, agent, optimizer = tiny_state(script, seed=1)
     torch.manual_seed(77)
     rng = module.rng_states()
     expected_draw = torch.rand(5)
     path = tmp_path / "checkpoint.pt"
-    save(module, str(path), agent, optimizer, rng, 256)
+    save(module, str(path), agent, optimizer, rng, 256, deque([3.0, -1.5, 20.25], maxlen=100))
 
     _, fresh_agent, fresh_optimizer = tiny_state(script, seed=2)  # other weights, other moments
     torch.manual_seed(5)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    assert module.restore_checkpoint(ckpt, fresh_agent, fresh_optimizer) == (256 // 128 + 1, 256)
+    # and the returns of the episodes before it, for the run's last-100 figure
+    assert module.restore_checkpoint(ckpt, fresh_agent, fresh_optimizer) == (256 // 128 + 1, 256, [3.0, -1.5, 20.25])
     assert json.loads((tmp_path / "checkpoint.json").read_text()) == {
         "global_step": 256, "iteration": 256 // 128, "total_timesteps": ckpt["args"]["total_timesteps"]}
     for p, q in zip(agent.parameters(), fresh_agent.parameters()):
@@ -635,6 +637,29 @@ def test_a_resumed_run_starts_its_first_update_from_the_saved_state(script, chec
     for i, state in enumerate(w.first_step["adam"]):
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(state[key], saved_adam[i][key]), (i, key)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_resumed_run_carries_its_last_100_episodes_on(script, checkpoints, tmp_path, monkeypatch, capsys):
+    """A resumed run's closing figure is the mean of the run's own last 100 episodes, those before the
+    checkpoint among them (as compare.py reads them from the events), and its checkpoint keeps them on."""
+    module = load_script(script)
+    ckpt = torch.load(checkpoints[script], map_location="cpu", weights_only=True)
+    ckpt["iteration"], ckpt["global_step"] = 2, 2 * BATCH
+    before = [float(r) for r in range(150, 250)]  # 100 returns that none of these tiny runs' episodes reaches
+    ckpt["recent_returns"] = before
+    run_dir = tmp_path / "runs" / ckpt["run_name"]
+    run_dir.mkdir(parents=True)
+    torch.save(ckpt, run_dir / "checkpoint.pt")
+    code, err, out = main_in_process(module, ["--resume", run_dir / "checkpoint.pt", "--no-progress"], tmp_path,
+                                     monkeypatch, capsys)
+    assert code == 0, err
+    after = [v for _, v in read_scalars(run_dir).get("charts/episodic_return", [])]  # an Atari game may not end
+    last_100 = (before + after)[-100:]
+    closing = float(re.search(r"(?:return|score)\(last 100\) (-?[\d.]+);", out.splitlines()[-1])[1])
+    assert closing == pytest.approx(np.mean(last_100), abs=0.006), (len(after), closing)
+    saved = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)["recent_returns"]
+    assert saved == pytest.approx(last_100)
 
 
 # ----------------------------------------------------------------------------------------------
