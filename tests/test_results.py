@@ -439,7 +439,8 @@ PROGRESS_TABLES = [
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
-OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1)}
+OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
+              "Pong seed 1, the fifth start": ("pong_seed1", "Pong", 1)}
 
 
 def run_of(title):
@@ -529,6 +530,7 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("Breakout seed 2", "50,100,150,200,300,400", "ours, Breakout seed 2"),
     ("Pong seed 2", "-15,0,15,20", "ours, Pong seed 2"),
     ("Pong seed 3", "-15,0,15,20", "ours, Pong seed 3"),
+    ("Pong seed 1, the fifth start", "-15,0,15,20", "ours, Pong seed 1, the fifth start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
