@@ -1272,9 +1272,15 @@ def play_games(agent, env_id, games, greedy, seed, device, repeat_action_probabi
         env.close()
 
 
+def sigterm_as_interrupt(signum, frame):
+    """During --eval-checkpoint, SIGTERM stops the evaluation where it is, as Ctrl-C does."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def evaluate_checkpoint(args, ckpt, device):
     """--eval-checkpoint: play whole games with the saved policy, a line for each as it ends (a game can last
-    minutes), and print mean +- std of the scores. Ctrl-C stops it with the mean of the games played whole."""
+    minutes), and print mean +- std of the scores. Ctrl-C or SIGTERM stops it with the mean of the games played
+    whole."""
     if RANK != 0:
         return  # [aux-2] one evaluation, on rank 0
     n_actions = ckpt["model"]["actor.weight"].shape[0]
@@ -1283,25 +1289,28 @@ def evaluate_checkpoint(args, ckpt, device):
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
     torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
-    scores, stopped = [], False
+    scores, stopped_by = [], None
+    on_sigterm = signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # `kill`, Slurm's time limit: as Ctrl-C
     try:
         for score, frames in play_games(agent, args.env_id, args.eval_episodes, args.eval_deterministic, args.seed,
                                         device, args.repeat_action_probability, video_dir):
             scores.append(score)
             print(f"game {len(scores)}/{args.eval_episodes}: {score:g} in {frames} frames", flush=True)
-    except KeyboardInterrupt:  # a person who wants the games played so far, not a traceback
-        stopped = True
-        print(f"stopped by Ctrl-C with {len(scores)} of {args.eval_episodes} games played whole: only those count",
-              file=sys.stderr, flush=True)
+    except KeyboardInterrupt as interrupt:  # a person who wants the games played so far, not a traceback
+        stopped_by = str(interrupt) or "Ctrl-C"
+        print(f"stopped by {stopped_by} with {len(scores)} of {args.eval_episodes} games played whole: "
+              "only those count", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, on_sigterm)
     mode = "greedy" if args.eval_deterministic else "sampled"
     if scores:
         print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
               f"of the policy at step {ckpt['global_step']}")
     if video_dir:
-        print(f"videos of the games played in {video_dir}" if stopped else
+        print(f"videos of the games played in {video_dir}" if stopped_by else
               f"videos of the {len(scores)} games in {video_dir}")
-    if stopped:
-        sys.exit(130)  # 128 + SIGINT, as the shell reports a run that Ctrl-C ended
+    if stopped_by:  # 128 + the signal's number, as the shell reports a process that the signal ended
+        sys.exit(128 + (signal.SIGTERM if stopped_by == "SIGTERM" else signal.SIGINT))
 
 
 # ----------------------------------------------------------------------------------------------

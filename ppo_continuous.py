@@ -1138,9 +1138,14 @@ def play_episodes(agent, obs_rms, args, device, video_dir=None):
         env.close()
 
 
+def sigterm_as_interrupt(signum, frame):
+    """During --eval-checkpoint, SIGTERM stops the evaluation where it is, as Ctrl-C does."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
     """--eval-checkpoint: play the saved policy, with the saved statistics, a line per episode, and print mean +-
-    std of its returns. Ctrl-C stops it with the mean of the episodes played whole."""
+    std of its returns. Ctrl-C or SIGTERM stops it with the mean of the episodes played whole."""
     for name in ("norm_obs", "clip_obs"):  # the policy must see observations as it was trained
         setattr(args, name, ckpt["args"][name])
     agent = Agent(obs_size, action_size).to(device)
@@ -1148,24 +1153,27 @@ def evaluate_checkpoint(args, ckpt, obs_size, action_size, obs_rms, device):
     video_dir = f"videos/{ckpt['run_name']}/eval-at-step-{ckpt['global_step']}"
     video_dir = unused_folder(video_dir) if args.capture_video else None
     torch.manual_seed(args.seed)  # sampled actions (--no-eval-deterministic) follow --seed, as the starts do
-    returns, stopped = [], False
+    returns, stopped_by = [], None
+    on_sigterm = signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # `kill`, Slurm's time limit: as Ctrl-C
     try:
         for episode_return, steps in play_episodes(agent, obs_rms, args, device, video_dir):
             returns.append(episode_return)
             print(f"episode {len(returns)}/{args.eval_episodes}: {episode_return:.2f} in {steps} steps", flush=True)
-    except KeyboardInterrupt:  # a person who wants the episodes played so far, not a traceback
-        stopped = True
-        print(f"stopped by Ctrl-C with {len(returns)} of {args.eval_episodes} episodes played whole: only those count",
-              file=sys.stderr, flush=True)
+    except KeyboardInterrupt as interrupt:  # a person who wants the episodes played so far, not a traceback
+        stopped_by = str(interrupt) or "Ctrl-C"
+        print(f"stopped by {stopped_by} with {len(returns)} of {args.eval_episodes} episodes played whole: "
+              "only those count", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, on_sigterm)
     mode = "deterministic" if args.eval_deterministic else "sampled"
     if returns:
         print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
               f"of the policy at step {ckpt['global_step']}")
     if video_dir:
-        print(f"videos of the episodes played in {video_dir}" if stopped else
+        print(f"videos of the episodes played in {video_dir}" if stopped_by else
               f"videos of the {len(returns)} episodes in {video_dir}")
-    if stopped:
-        sys.exit(130)  # 128 + SIGINT, as the shell reports a run that Ctrl-C ended
+    if stopped_by:  # 128 + the signal's number, as the shell reports a process that the signal ended
+        sys.exit(128 + (signal.SIGTERM if stopped_by == "SIGTERM" else signal.SIGINT))
 
 
 # ----------------------------------------------------------------------------------------------

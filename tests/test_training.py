@@ -12,6 +12,7 @@ import math
 import json
 import os
 import re
+import signal
 import sys
 from collections import deque
 from types import SimpleNamespace
@@ -297,12 +298,16 @@ def test_evaluation_takes_the_best_action_or_samples(script, best, checkpoints, 
     assert all(same) if best else not all(same)
 
 
+@pytest.mark.parametrize("stop", ["Ctrl-C", "SIGTERM"])
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, checkpoints, tmp_path, monkeypatch, capsys):
-    """Ctrl-C in the middle of --eval-checkpoint's second episode: no traceback but a line saying so, the first
-    episode's line and the mean +- std of it alone (the one cut short does not count), the video of what was
-    played of the second kept, and exit status 130. A line per episode is printed as it ends."""
+def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, stop, checkpoints, tmp_path, monkeypatch,
+                                                              capsys):
+    """Ctrl-C (or SIGTERM: `kill`, Slurm's time limit) in the middle of --eval-checkpoint's second episode: no
+    traceback but a line saying so, the first episode's line and the mean +- std of it alone (the one cut short
+    does not count), the video of what was played of the second kept, and exit status 130 (143). A line per
+    episode is printed as it ends."""
     module = load_script(script)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     steps, interrupt_at = [], []
 
     def interrupting_make_env(*args, **kwargs):
@@ -314,7 +319,9 @@ def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, checkpoint
 
             def step(action):
                 steps.append(action)
-                if len(steps) == sum(interrupt_at):
+                if len(steps) == sum(interrupt_at) and stop == "SIGTERM":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                elif len(steps) == sum(interrupt_at):
                     raise KeyboardInterrupt  # where Python raises it: as the env step returns to the interpreter
                 return real_step(action)
 
@@ -338,8 +345,9 @@ def test_ctrl_c_during_evaluation_reports_the_episodes_played(script, checkpoint
     interrupt_at.append(first_episode_steps + 3)  # the greedy policy plays the first episode again, step for step
     code, err, out = main_in_process(module, ["--eval-checkpoint", checkpoints[script], "--eval-episodes", 3,
                                               "--capture-video"], tmp_path, monkeypatch, capsys)
-    assert code == 130
-    assert err.strip() == f"stopped by Ctrl-C with 1 of 3 {unit}s played whole: only those count"
+    assert code == (130 if stop == "Ctrl-C" else 143)
+    assert err.strip() == f"stopped by {stop} with 1 of 3 {unit}s played whole: only those count"
+    assert signal.getsignal(signal.SIGTERM) is on_sigterm  # put back as it was
     lines = out.splitlines()
     assert lines[0] == first_line.replace("/1:", "/3:") and lines[1] == summary  # the first one's, alone
     assert len(lines) == 3 and lines[2].startswith("videos of the games played in" if script == "ppo_atari" else
