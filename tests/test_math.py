@@ -37,7 +37,7 @@ def t(values):
 SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "normalize", "clipped_surrogate", "value_loss", "ppo_loss",
                "explained_variance", "adapt_kl_coef", "layer_init", "restore_checkpoint", "checkpoint_due",
                "fmt_duration", "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name",
-               "checkpoint_file", "Progress", "check_flags"]
+               "checkpoint_file", "Progress", "check_flags", "sigterm_as_interrupt"]
 
 
 def function_trees(script):
