@@ -1095,6 +1095,11 @@ def fmt_duration(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def counted(n, noun):
+    """counted(1, "game") is "1 game", counted(3, "game") "3 games": a summary line reads right for any count."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 class Progress:
     """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
     a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
@@ -1298,17 +1303,17 @@ def evaluate_checkpoint(args, ckpt, device):
             print(f"game {len(scores)}/{args.eval_episodes}: {score:g} in {frames} frames", flush=True)
     except KeyboardInterrupt as interrupt:  # a person who wants the games played so far, not a traceback
         stopped_by = str(interrupt) or "Ctrl-C"
-        print(f"stopped by {stopped_by} with {len(scores)} of {args.eval_episodes} games played whole: "
-              "only those count", file=sys.stderr, flush=True)
+        print(f"stopped by {stopped_by} with {len(scores)} of {counted(args.eval_episodes, 'game')} "
+              "played whole: only those count", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, on_sigterm)
     mode = "greedy" if args.eval_deterministic else "sampled"
     if scores:
-        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} over {len(scores)} games ({mode}) "
-              f"of the policy at step {ckpt['global_step']}")
+        print(f"{args.env_id}: {np.mean(scores):.2f} +- {np.std(scores):.2f} "
+              f"over {counted(len(scores), 'game')} ({mode}) of the policy at step {ckpt['global_step']}")
     if video_dir:
         print(f"videos of the games played in {video_dir}" if stopped_by else
-              f"videos of the {len(scores)} games in {video_dir}")
+              f"videos of the {counted(len(scores), 'game')} in {video_dir}")
     if stopped_by:  # 128 + the signal's number, as the shell reports a process that the signal ended
         sys.exit(128 + (signal.SIGTERM if stopped_by == "SIGTERM" else signal.SIGINT))
 

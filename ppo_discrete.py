@@ -877,6 +877,11 @@ def fmt_duration(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def counted(n, noun):
+    """counted(1, "game") is "1 game", counted(3, "game") "3 games": a summary line reads right for any count."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 class Progress:
     """What a run says while it trains: a live line in a terminal; when stdout is a file (a Slurm log, nohup,
     a sweep's log.txt), a plain line every `interval` seconds, so the log shows the run is alive, how fast it
@@ -1030,17 +1035,17 @@ def evaluate_checkpoint(args, ckpt, obs_size, n_actions, device):
             print(f"episode {len(returns)}/{args.eval_episodes}: {episode_return:.2f} in {steps} steps", flush=True)
     except KeyboardInterrupt as interrupt:  # a person who wants the episodes played so far, not a traceback
         stopped_by = str(interrupt) or "Ctrl-C"
-        print(f"stopped by {stopped_by} with {len(returns)} of {args.eval_episodes} episodes played whole: "
-              "only those count", file=sys.stderr, flush=True)
+        print(f"stopped by {stopped_by} with {len(returns)} of {counted(args.eval_episodes, 'episode')} "
+              "played whole: only those count", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, on_sigterm)
     mode = "greedy" if args.eval_deterministic else "sampled"
     if returns:
-        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} over {len(returns)} episodes ({mode}) "
-              f"of the policy at step {ckpt['global_step']}")
+        print(f"{args.env_id}: {np.mean(returns):.2f} +- {np.std(returns):.2f} "
+              f"over {counted(len(returns), 'episode')} ({mode}) of the policy at step {ckpt['global_step']}")
     if video_dir:
         print(f"videos of the episodes played in {video_dir}" if stopped_by else
-              f"videos of the {len(returns)} episodes in {video_dir}")
+              f"videos of the {counted(len(returns), 'episode')} in {video_dir}")
     if stopped_by:  # 128 + the signal's number, as the shell reports a process that the signal ended
         sys.exit(128 + (signal.SIGTERM if stopped_by == "SIGTERM" else signal.SIGINT))
 

@@ -212,7 +212,7 @@ def test_evaluation_under_torchrun_with_any_process_count(two_process_run, tmp_p
     ckpt = only_run_dir(cwd) / "checkpoint.pt"
     three = torchrun(SCRIPT, "--eval-checkpoint", ckpt, "--eval-episodes", 1, "--no-cuda", cwd=tmp_path, nproc=3)
     ok(three)
-    assert len([line for line in three.stdout.splitlines() if "over 1 games" in line]) == 1, three.stdout
+    assert len([line for line in three.stdout.splitlines() if "over 1 game (" in line]) == 1, three.stdout
 
 
 def test_workers_stop_with_a_checkpoint_when_torchrun_is_killed(tmp_path):

@@ -1014,7 +1014,7 @@ def test_evaluating_twice_records_into_a_new_folder(pendulum_run, tmp_path):
         assert f"of the policy at step {step}" in result.stdout
     videos = tmp_path / "videos" / pendulum_run["run_dir"].name
     assert sorted(p.name for p in videos.iterdir()) == [f"eval-at-step-{step}", f"eval-at-step-{step}-2"]
-    assert f"videos of the 1 episodes in videos/{pendulum_run['run_dir'].name}/eval-at-step-{step}-2" in result.stdout
+    assert f"videos of the 1 episode in videos/{pendulum_run['run_dir'].name}/eval-at-step-{step}-2" in result.stdout
     for folder in videos.iterdir():
         assert [p.name for p in folder.glob("*.mp4")] == ["rl-video-episode-0.mp4"]
 

@@ -37,7 +37,7 @@ def t(values):
 SAME_IN_ALL = ["compute_gae", "bootstrap_truncated", "normalize", "clipped_surrogate", "value_loss", "ppo_loss",
                "explained_variance", "adapt_kl_coef", "layer_init", "restore_checkpoint", "checkpoint_due",
                "fmt_duration", "unused_folder", "flags_given", "Run", "check_tracking", "new_run_name",
-               "checkpoint_file", "Progress", "check_flags", "sigterm_as_interrupt"]
+               "checkpoint_file", "Progress", "check_flags", "sigterm_as_interrupt", "counted"]
 
 
 def function_trees(script):
@@ -52,6 +52,11 @@ def test_the_copies_are_identical(name):
     assert all(trees.values()), f"{name} is missing from {[s for s, tree in trees.items() if tree is None]}"
     different = [s for s in scripts[1:] if trees[s] != trees[scripts[0]]]
     assert not different, f"{name} in {different} differs from {scripts[0]}.py's copy"
+
+
+def test_counted_says_one_in_the_singular(m):
+    """The evaluation's summary: "over 1 game", never "over 1 games"; zero and many take the plural."""
+    assert [m.counted(n, "game") for n in (0, 1, 2, 10)] == ["0 games", "1 game", "2 games", "10 games"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -879,7 +879,7 @@ def test_a_checkpoint_without_a_setting_added_later_evaluates_but_does_not_resum
                                               "--eval-episodes", 1], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     assert "predates the settings ['ent_coef']; they take their defaults for this evaluation" in out
-    assert re.search(r" over 1 (episodes|games) ", out)
+    assert re.search(r" over 1 (episode|game) \(", out)  # one, not "1 episodes"
     code, err, _ = main_in_process(module, ["--resume", tmp_path / "before_the_field.pt"], tmp_path, monkeypatch,
                                    capsys)
     assert code != 0 and err.count("\n") == 1 and "lacks the settings ['ent_coef']" in err
