@@ -667,12 +667,19 @@ RENAMED_FLAGS = {"eval-greedy": "eval-deterministic"}
 # One range of seeds for all three scripts: env i is seeded with seed + i (a resumed run's with more), and
 # ppo_atari.py's ale-py vector env takes 32-bit seeds.
 MAX_SEED = 2**30
+# How long a process other than rank 0 waits, on bad input, for rank 0 to say it and end the run (fail).
+OTHER_RANKS_FAIL_AFTER_S = 30
 
 
 def fail(message):
-    """Bad input ends the program with one line and no traceback (under torchrun: one line, from rank 0)."""
-    if RANK == 0:
-        print(f"error: {message}", file=sys.stderr)
+    """Bad input ends the program with one line and no traceback. Under torchrun every process checks the same
+    input and rank 0 says it; the others wait for it, as torchrun ends every process once one exits, and rank 0
+    may reach the check last on a busy machine. An error that rank 0 did not share (a node with fewer GPUs) is
+    said by its own rank, after the wait."""
+    if RANK != 0:
+        time.sleep(OTHER_RANKS_FAIL_AFTER_S)  # rank 0's exit on the same error has torchrun end this process
+        message = f"on rank {RANK}: {message}"
+    print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 

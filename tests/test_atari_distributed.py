@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT, only_run_dir, read_scalars, script_env
+from conftest import REPO_ROOT, load_script, only_run_dir, read_scalars, script_env
 
 SCRIPT = REPO_ROOT / "ppo_atari.py"
 # 2 envs x 32 steps = 64 per rollout (32 per process), 2 minibatches, 1 epoch: cheap on a busy 2-core machine.
@@ -194,7 +194,14 @@ def test_a_signal_to_one_process_stops_every_process_with_one_checkpoint(tmp_pat
 
 
 def test_bad_input_under_torchrun_prints_one_error_line(tmp_path):
-    result = torchrun(SCRIPT, "--gamma", 2, cwd=tmp_path)
+    """Rank 0 says it, even when it reaches the check last: torchrun ends the other processes as soon as one
+    exits, so a rank that failed first and left at once would have rank 0 ended before its line (as happened
+    on a busy machine). Here rank 0 starts 3 s after the others."""
+    late_rank_0 = tmp_path.parent / f"{tmp_path.name}-late_rank_0.py"
+    late_rank_0.write_text("import os, runpy, time\n"
+                           "time.sleep(3 if os.environ['RANK'] == '0' else 0)\n"
+                           f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n")
+    result = torchrun(late_rank_0, "--gamma", 2, cwd=tmp_path)
     assert result.returncode != 0
     ours = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert ours == ["error: --gamma 2.0 is out of range: it must be in [0, 1]"]  # once, not once per process
@@ -202,6 +209,18 @@ def test_bad_input_under_torchrun_prints_one_error_line(tmp_path):
     odd = torchrun(SCRIPT, "--num-envs", 3, "--num-minibatches", 1, cwd=tmp_path)
     assert [line for line in odd.stderr.splitlines() if line.startswith("error:")][0].startswith(
         "error: --num-envs 3 must split evenly across the 2 torchrun processes")
+
+
+def test_an_error_only_another_rank_meets_is_said_by_that_rank(monkeypatch, capsys):
+    """Rank 0 did not end the run within the wait, so the error was that rank's alone: it says it, naming
+    itself, rather than leave torchrun's report without a reason."""
+    module = load_script("ppo_atari")
+    monkeypatch.setattr(module, "RANK", 1)
+    monkeypatch.setattr(module, "OTHER_RANKS_FAIL_AFTER_S", 0)
+    with pytest.raises(SystemExit) as stop:
+        module.fail("2 processes on this machine but 1 GPUs")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "error: on rank 1: 2 processes on this machine but 1 GPUs\n"
 
 
 def test_evaluation_under_torchrun_with_any_process_count(two_process_run, tmp_path):
