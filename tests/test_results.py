@@ -440,7 +440,7 @@ PROGRESS_TABLES = [
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
-              "Pong seed 1, the fifth start": ("pong_seed1", "Pong", 1)}
+              "Pong seed 1, the fifth start": ("lost_run_9", "Pong", 1)}
 
 
 def run_of(title):
@@ -621,3 +621,18 @@ def test_atari_10m_headlines_are_the_comparison(tmp_dir):
         (seeds,) = [cells for cells in ([c.strip() for c in line.split("|")] for line in comparison.splitlines())
                     if cells[1:3] == [f"{game}NoFrameskip-v4", "default"] and len(cells) == len(per_seed_header)]
         assert per_seed_header[seeds.index(figure)] == f"seed {seed}", (per_seed_header, seeds)
+
+
+def test_pong_seed_2_replays_its_first_start_bit_for_bit():
+    """atari_10m/README.md says the sixth Pong start (seed 2, on the AVX-512 AMD EPYC kind) replays the first
+    start of seed 2 (`lost_run_7/`, the same CPU kind) bit for bit: at every step both runs logged, every scalar
+    but the wall-clock speed holds the same value, and they share at least one logged game and one update."""
+    readme = (RESULTS / "atari_10m" / "README.md").read_text()
+    (folder,) = re.findall(r"\*\*Pong, seed 2, the sixth start, [^*]+\*\* \(in \[([\w.-]+)/\]", readme)
+    replay, replay_end = atari_10m_run(folder, "Pong", 2)
+    first, first_end = atari_10m_run("lost_run_7", "Pong", 2)
+    end = min(replay_end, first_end)
+    assert set(replay) == set(first)
+    for tag in set(replay) - {"charts/SPS"}:
+        ours, theirs = ([point for point in run[tag] if point[0] <= end] for run in (replay, first))
+        assert ours and ours == theirs, tag
