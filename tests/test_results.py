@@ -440,7 +440,8 @@ PROGRESS_TABLES = [
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
-              "Pong seed 1, the fifth start": ("lost_run_9", "Pong", 1)}
+              "Pong seed 1, the fifth start": ("lost_run_9", "Pong", 1),
+              "Pong seed 2, the sixth start": ("lost_run_10", "Pong", 2)}
 
 
 def run_of(title):
@@ -531,6 +532,7 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("Pong seed 2", "-15,0,15,20", "ours, Pong seed 2"),
     ("Pong seed 3", "-15,0,15,20", "ours, Pong seed 3"),
     ("Pong seed 1, the fifth start", "-15,0,15,20", "ours, Pong seed 1, the fifth start"),
+    ("Pong seed 2, the sixth start", "-15,0,15,20", "ours, Pong seed 2, the sixth start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
@@ -628,7 +630,7 @@ def test_pong_seed_2_replays_its_first_start_bit_for_bit():
     start of seed 2 (`lost_run_7/`, the same CPU kind) bit for bit: at every step both runs logged, every scalar
     but the wall-clock speed holds the same value, and they share at least one logged game and one update."""
     readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (folder,) = re.findall(r"\*\*Pong, seed 2, the sixth start, [^*]+\*\* \(in \[([\w.-]+)/\]", readme)
+    (folder,) = re.findall(r"\*\*Pong seed 2, the sixth start, [^*]+\*\*[^[]+\[([\w.-]+)/\]", readme)
     replay, replay_end = atari_10m_run(folder, "Pong", 2)
     first, first_end = atari_10m_run("lost_run_7", "Pong", 2)
     end = min(replay_end, first_end)
