@@ -437,6 +437,7 @@ PROGRESS_TABLES = [
     ("Breakout seed 2", "Breakout", 2, ("first attempt, seed 1", "the first attempt")),
     ("Pong seed 2", "Pong", 2, ("second Pong start", "the second Pong start")),
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
+    ("Breakout seed 1", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
