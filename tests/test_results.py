@@ -630,9 +630,7 @@ def test_pong_seed_2_replays_its_first_start_bit_for_bit():
     """atari_10m/README.md says the sixth Pong start (seed 2, on the AVX-512 AMD EPYC kind) replays the first
     start of seed 2 (`lost_run_7/`, the same CPU kind) bit for bit: at every step both runs logged, every scalar
     but the wall-clock speed holds the same value, and they share at least one logged game and one update."""
-    readme = (RESULTS / "atari_10m" / "README.md").read_text()
-    (folder,) = re.findall(r"\*\*Pong seed 2, the sixth start, [^*]+\*\*[^[]+\[([\w.-]+)/\]", readme)
-    replay, replay_end = atari_10m_run(folder, "Pong", 2)
+    replay, replay_end = atari_10m_run(*run_of("Pong seed 2, the sixth start"))
     first, first_end = atari_10m_run("lost_run_7", "Pong", 2)
     end = min(replay_end, first_end)
     assert set(replay) == set(first)
