@@ -534,6 +534,7 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("Pong seed 3", "-15,0,15,20", "ours, Pong seed 3"),
     ("Pong seed 1, the fifth start", "-15,0,15,20", "ours, Pong seed 1, the fifth start"),
     ("Pong seed 2, the sixth start", "-15,0,15,20", "ours, Pong seed 2, the sixth start"),
+    ("Breakout seed 1", "50,100,150,200,300,400", "ours, Breakout seed 1, the sixth Breakout start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
