@@ -438,6 +438,7 @@ PROGRESS_TABLES = [
     ("Pong seed 2", "Pong", 2, ("second Pong start", "the second Pong start")),
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
     ("Breakout seed 1", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
+    ("Pong seed 1, the seventh start", "Pong", 1, None),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
@@ -627,12 +628,19 @@ def test_atari_10m_headlines_are_the_comparison(tmp_dir):
         assert per_seed_header[seeds.index(figure)] == f"seed {seed}", (per_seed_header, seeds)
 
 
-def test_pong_seed_2_replays_its_first_start_bit_for_bit():
-    """atari_10m/README.md says the sixth Pong start (seed 2, on the AVX-512 AMD EPYC kind) replays the first
-    start of seed 2 (`lost_run_7/`, the same CPU kind) bit for bit: at every step both runs logged, every scalar
-    but the wall-clock speed holds the same value, and they share at least one logged game and one update."""
-    replay, replay_end = atari_10m_run(*run_of("Pong seed 2, the sixth start"))
-    first, first_end = atari_10m_run("lost_run_7", "Pong", 2)
+# Replays that atari_10m/README.md reports: (the later run, the earlier run of its seed that it replays), by title.
+REPLAYS = [
+    ("Pong seed 2, the sixth start", "Pong seed 2"),  # both on the AMD EPYC with AVX-512
+    ("Pong seed 1, the seventh start", "Pong seed 1, the fifth start"),  # AMD EPYCs with AVX2 only, two models
+]
+
+
+@pytest.mark.parametrize("replay, first", REPLAYS)
+def test_replays_log_the_first_run_bit_for_bit(replay, first):
+    """atari_10m/README.md says these runs replay an earlier run of their seed bit for bit: at every step both
+    runs logged, every scalar but the wall-clock speed holds the same value, and they share at least one logged
+    game and one update."""
+    (replay, replay_end), (first, first_end) = (atari_10m_run(*run_of(title)) for title in (replay, first))
     end = min(replay_end, first_end)
     assert set(replay) == set(first)
     for tag in set(replay) - {"charts/SPS"}:
