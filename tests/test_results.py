@@ -438,7 +438,7 @@ PROGRESS_TABLES = [
     ("Pong seed 2", "Pong", 2, ("second Pong start", "the second Pong start")),
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
     ("Breakout seed 1", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
-    ("Pong seed 1, the seventh start", "Pong", 1, None),
+    ("Pong seed 1, the seventh start", "Pong", 1, ("fifth start", "Pong seed 1, the fifth start")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
@@ -635,14 +635,27 @@ REPLAYS = [
 ]
 
 
+def first_stop(folder, game, seed):
+    """The step at which the run in atari_10m/FOLDER was first stopped with a checkpoint, by its log, or None."""
+    log = RESULTS / "atari_10m" / folder / f"ppo_atari/default/{game}NoFrameskip-v4/seed{seed}/log.txt"
+    stop = re.search(r"^ppo_atari: stopped by \w+ at step (\d+);", log.read_text(), re.M)
+    return int(stop[1]) if stop else None
+
+
 @pytest.mark.parametrize("replay, first", REPLAYS)
-def test_replays_log_the_first_run_bit_for_bit(replay, first):
-    """atari_10m/README.md says these runs replay an earlier run of their seed bit for bit: at every step both
-    runs logged, every scalar but the wall-clock speed holds the same value, and they share at least one logged
-    game and one update."""
+def test_replays_log_the_first_run_bit_for_bit_up_to_its_first_resume(replay, first):
+    """atari_10m/README.md says these runs replay an earlier run of their seed bit for bit up to where the earlier
+    one was first stopped and resumed: at every step both runs logged up to there, every scalar but the wall-clock
+    speed holds the same value, and they share at least one logged game and one update. A resume starts fresh
+    games, so where both went past it, the first update after it differs."""
+    stop = first_stop(*run_of(first))
     (replay, replay_end), (first, first_end) = (atari_10m_run(*run_of(title)) for title in (replay, first))
-    end = min(replay_end, first_end)
+    end = min(replay_end, first_end, stop or first_end)
     assert set(replay) == set(first)
     for tag in set(replay) - {"charts/SPS"}:
         ours, theirs = ([point for point in run[tag] if point[0] <= end] for run in (replay, first))
         assert ours and ours == theirs, tag
+    if stop and min(replay_end, first_end) > stop:
+        ours, theirs = (next(point for point in run["losses/value_loss"] if point[0] > stop)
+                        for run in (replay, first))
+        assert ours[0] == theirs[0] and ours[1] != theirs[1], (ours, theirs)
