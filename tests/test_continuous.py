@@ -840,7 +840,7 @@ def test_stop_mid_rollout_saves_the_generators_as_they_were_at_the_end_of_the_it
                                                                                       tmp_path_factory, monkeypatch,
                                                                                       capsys):
     """The partial rollout a stop drops has drawn actions; the checkpoint must not carry those draws on, so a
-    resumed run continues as the uninterrupted run does from the same iteration."""
+    resumed run draws from them as the uninterrupted run does from the same iteration (its episodes start fresh)."""
     states = {}
     save = pc.save_checkpoint
 
