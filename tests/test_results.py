@@ -439,6 +439,7 @@ PROGRESS_TABLES = [
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
     ("Breakout seed 1", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
     ("Pong seed 1, the seventh start", "Pong", 1, ("fifth start", "Pong seed 1, the fifth start")),
+    ("Breakout seed 3", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
