@@ -439,7 +439,8 @@ PROGRESS_TABLES = [
     ("Pong seed 3", "Pong", 3, ("Pong seed 2", "Pong seed 2")),
     ("Breakout seed 1", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
     ("Pong seed 1, the seventh start", "Pong", 1, ("fifth start", "Pong seed 1, the fifth start")),
-    ("Breakout seed 3", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
+    ("Breakout seed 3, the seventh Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
+    ("Breakout seed 3, the eighth Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
@@ -538,6 +539,8 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("Pong seed 2, the sixth start", "-15,0,15,20", "ours, Pong seed 2, the sixth start"),
     ("Breakout seed 1", "50,100,150,200,300,400", "ours, Breakout seed 1, the sixth Breakout start"),
     ("Pong seed 1, the seventh start", "-15,0,15,20", "ours, Pong seed 1, the seventh start"),
+    ("Breakout seed 3, the seventh Breakout start", "50,100,150,200,300,400",
+     "ours, Breakout seed 3, the seventh Breakout start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
