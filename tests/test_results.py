@@ -441,11 +441,13 @@ PROGRESS_TABLES = [
     ("Pong seed 1, the seventh start", "Pong", 1, ("fifth start", "Pong seed 1, the fifth start")),
     ("Breakout seed 3, the seventh Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
     ("Breakout seed 3, the eighth Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
+    ("Breakout seed 1, the tenth Breakout start", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
               "Pong seed 1, the fifth start": ("lost_run_9", "Pong", 1),
-              "Pong seed 2, the sixth start": ("lost_run_10", "Pong", 2)}
+              "Pong seed 2, the sixth start": ("lost_run_10", "Pong", 2),
+              "Breakout seed 3, the ninth Breakout start": ("breakout_seed3_ninth", "Breakout", 3)}
 
 
 def run_of(title):
@@ -541,6 +543,8 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
     ("Pong seed 1, the seventh start", "-15,0,15,20", "ours, Pong seed 1, the seventh start"),
     ("Breakout seed 3, the seventh Breakout start", "50,100,150,200,300,400",
      "ours, Breakout seed 3, the seventh Breakout start"),
+    ("Breakout seed 3, the eighth Breakout start", "50,100,150,200,300,400",
+     "ours, Breakout seed 3, the eighth Breakout start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
@@ -638,6 +642,8 @@ def test_atari_10m_headlines_are_the_comparison(tmp_dir):
 REPLAYS = [
     ("Pong seed 2, the sixth start", "Pong seed 2"),  # both on the AMD EPYC with AVX-512
     ("Pong seed 1, the seventh start", "Pong seed 1, the fifth start"),  # AMD EPYCs with AVX2 only, two models
+    ("Breakout seed 3, the ninth Breakout start", "Breakout seed 3, the eighth Breakout start"),  # AVX-512, two families
+    ("Breakout seed 1, the tenth Breakout start", "the fourth start"),  # AMD EPYCs with AVX-512
 ]
 
 
