@@ -477,12 +477,44 @@ def games_of(title):
     return sorted(scalars["charts/episodic_return"], key=lambda game: game[0]), last_step
 
 
-def one_seed_summary(comparison, game):
-    """(figure, steps) of GAME's one-seed row in a comparison's summary table: "20.67", "9.687M"."""
-    (row,) = [line for line in comparison.splitlines()
-              if line.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" in line]
+def table_under(lines, header):
+    """The rows of the table whose header line starts with `header`, to the blank line that ends it."""
+    (at,) = [i for i, line in enumerate(lines) if line.startswith(header)]
+    return list(itertools.takewhile(str.strip, lines[at + 2:]))  # under the header and its |---| line
+
+
+def summary_of(comparison, game):
+    """(seeds, figure, steps, wall time) of GAME's row in a comparison's summary table: (1, "20.67", "9.687M",
+    "10.84 h") for one seed, (2, "413.95 ± 20.67", ...) for two (the mean over seeds)."""
+    (row,) = [line for line in table_under(comparison.splitlines(), "| env | variant | seeds | ")
+              if line.startswith(f"| {game}NoFrameskip-v4 | default | ")]
     cells = [c.strip() for c in row.split("|")]
-    return cells[4].removesuffix(" (1 seed)"), cells[6]
+    return int(cells[3]), cells[4].removesuffix(" (1 seed)"), cells[6], cells[7]
+
+
+def one_seed_summary(comparison, game):
+    """(figure, steps) of GAME's row in a comparison's summary table of one seed: "20.67", "9.687M"."""
+    seeds, figure, steps, _ = summary_of(comparison, game)
+    assert seeds == 1, (game, seeds)
+    return figure, steps
+
+
+def per_seed_returns(comparison, game):
+    """{seed: figure} of GAME in a comparison's table of each seed's return, for the seeds it has."""
+    lines = comparison.splitlines()
+    (header,) = [line for line in lines if re.match(r"\| env \| variant \| seed \d", line)]
+    (row,) = [line for line in table_under(lines, header) if line.startswith(f"| {game}NoFrameskip-v4 | default | ")]
+    seeds = [int(c.strip().removeprefix("seed ")) for c in header.split("|")[3:-1]]
+    return {seed: cell.strip() for seed, cell in zip(seeds, row.split("|")[3:-1]) if cell.strip()}
+
+
+def training_times(game):
+    """{seed: training time as compare.py writes it} of GAME's runs in atari_10m/'s comparison, each its own (the
+    comparison's wall time column is the mean over seeds)."""
+    logdirs = itertools.takewhile(lambda arg: not arg.startswith("-"), compare_command("atari_10m"))
+    with contextlib.redirect_stderr(io.StringIO()):
+        runs = compare.find_runs([REPO / d for d in logdirs], envs=[f"{game}NoFrameskip-v4"])
+    return {run.seed: compare.fmt_time(run.wall_time) for run in runs}
 
 
 def millions(step):
@@ -586,7 +618,8 @@ def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
     """The summary table at the top of atari_10m/README.md for each finished game ("| Breakout, the mean of 100
     consecutive games | ..."): its rows "ours, seed N: first at step" and "ours, seed N: training time by then"
     are that run's row of the regenerated milestone table (step, and the time in brackets), and their last
-    column its last-100 figure and training time in the regenerated table."""
+    column the seed's last-100 figure in the regenerated table of each seed's return and its own training time;
+    the SB3 zoo's row under them is its row in the README's milestone table of that game."""
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text()).splitlines()
     comparison = normalize(regenerate("atari_10m", tmp_dir)).splitlines()
     headers = [i for i, line in enumerate(readme) if ", the mean of 100 consecutive games |" in line]
@@ -601,41 +634,44 @@ def test_atari_10m_summary_tables_are_the_comparisons(tmp_dir):
             label, *cells = [c.strip() for c in line.split("|")[1:-1]]
             rows[label] = cells
         assert rows, readme[at]
-        for seed in {label.split(":")[0].split()[-1] for label in rows}:
-            def table_rows(i):  # the rows under the header at line i, to the blank line that ends the table
-                return list(itertools.takewhile(str.strip, comparison[i + 2:]))
-
+        seeds = {int(label.split(":")[0].split()[-1]) for label in rows}
+        returns, times = per_seed_returns("\n".join(comparison), game), training_times(game)
+        assert seeds == set(returns) == set(times), (game, seeds, returns, times)
+        for seed in seeds:
             (table_header,) = [i for i, line in enumerate(comparison) if line.startswith("| env | variant | seed | ")
                                and any(row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")
-                                       for row in table_rows(i))]
+                                       for row in table_under(comparison, line))]
             assert [c.strip() for c in comparison[table_header].split("|")[4:-1]] == scores, comparison[table_header]
-            (hits,) = [row for row in table_rows(table_header)
+            (hits,) = [row for row in table_under(comparison, comparison[table_header])
                        if row.startswith(f"| {game}NoFrameskip-v4 | default | {seed} | ")]
             hits = [c.strip() for c in hits.split("|")[4:-1]]
-            (summary,) = [row for row in comparison  # the summary's one-seed row, not seed 1's milestone row
-                          if row.startswith(f"| {game}NoFrameskip-v4 | default | 1 | ") and "(1 seed)" in row]
-            last, wall_time = [c.strip() for c in summary.split("|")[4:-1]][0], summary.split("|")[7].strip()
-            assert rows[f"ours, seed {seed}: first at step"] == [h.split(" (")[0] for h in hits] + [last.split(" (")[0]]
+            assert rows[f"ours, seed {seed}: first at step"] == [h.split(" (")[0] for h in hits] + [returns[seed]]
             assert rows[f"ours, seed {seed}: training time by then"] == \
-                [h.split(" (")[1].rstrip(")") if "(" in h else h for h in hits] + [wall_time]
+                [h.split(" (")[1].rstrip(")") if "(" in h else h for h in hits] + [times[seed]]
+        # The zoo's row under ours: the cells of its row in the milestone table of each game (held to its Monitor
+        # files by test_sb3_zoo_milestones_are_recomputed_from_its_monitor_files).
+        zoo = [c.strip() for c in readme[at + 2 + len(rows)].split("|")[1:-1]]
+        (milestones,) = [i for i, line in enumerate(readme) if line.startswith(f"| {game} |")]
+        assert zoo[0] == "SB3 zoo PPO (1 run): first at step", zoo
+        assert zoo[1:] == [c.strip() for c in readme[milestones + 2].split("|")[2:-1]], zoo
 
 
 def test_atari_10m_headlines_are_the_comparison(tmp_dir):
     """The bold headline of each game at the top of atari_10m/README.md ("**Pong, seed 3, at 9,687,040 steps:
-    20.67**") is that game's row of the regenerated comparison: its last-100 figure, the step it ended at ("10M"
-    for a run that trained its whole 9,999,360 steps) and, in the table of each seed's return, its seed."""
+    20.67**", "**Breakout, seeds 1 and 2, at 10M steps: 413.95 ± 20.67**") is that game's row of the regenerated
+    comparison: its figure (mean ± std over seeds, or one seed's), the step it ended at ("10M" for runs that
+    trained their whole 9,999,360 steps), its number of seeds, and which seeds have a return in the table of each
+    seed's."""
     readme = normalize((RESULTS / "atari_10m" / "README.md").read_text())
-    headlines = re.findall(r"^\*\*(\w+), seed (\d+), at (10M|\d+) steps: (-?\d+\.\d+)\*\*", readme, re.M)
+    headlines = re.findall(r"^\*\*(\w+), seeds? (\d+(?:, \d+)*(?: and \d+)?), at (10M|\d+) steps: "
+                           r"(-?\d+\.\d+(?: ± \d+\.\d+)?)\*\*", readme, re.M)
     assert {game for game, *_ in headlines} == {"Breakout", "Pong"}, headlines
     comparison = regenerate("atari_10m", tmp_dir)
-    (per_seed_header,) = [line for line in comparison.splitlines() if re.match(r"\| env \| variant \| seed \d", line)]
-    per_seed_header = [c.strip() for c in per_seed_header.split("|")]
-    for game, seed, steps, figure in headlines:
-        assert one_seed_summary(comparison, game) == \
-            (figure, "9.999M" if steps == "10M" else millions(int(steps))), (game, figure, steps)
-        (seeds,) = [cells for cells in ([c.strip() for c in line.split("|")] for line in comparison.splitlines())
-                    if cells[1:3] == [f"{game}NoFrameskip-v4", "default"] and len(cells) == len(per_seed_header)]
-        assert per_seed_header[seeds.index(figure)] == f"seed {seed}", (per_seed_header, seeds)
+    for game, seeds, steps, figure in headlines:
+        seeds = {int(seed) for seed in re.findall(r"\d+", seeds)}
+        assert summary_of(comparison, game)[:3] == \
+            (len(seeds), figure, "9.999M" if steps == "10M" else millions(int(steps))), (game, figure, steps)
+        assert set(per_seed_returns(comparison, game)) == seeds, (game, seeds)
 
 
 # Replays that atari_10m/README.md reports: (the later run, the earlier run of its seed that it replays), by title.
