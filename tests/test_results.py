@@ -442,6 +442,8 @@ PROGRESS_TABLES = [
     ("Breakout seed 3, the seventh Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
     ("Breakout seed 3, the eighth Breakout start", "Breakout", 3, ("Breakout seed 2", "Breakout seed 2")),
     ("Breakout seed 1, the tenth Breakout start", "Breakout", 1, ("Breakout seed 2", "Breakout seed 2")),
+    ("Breakout seed 3, the eleventh Breakout start", "Breakout", 3,
+     ("eighth start", "Breakout seed 3, the eighth Breakout start")),
 ]
 # Runs without such a table: their folder, game and seed.
 OTHER_RUNS = {"the first attempt": ("lost_run_1", "Breakout", 1), "the fourth start": ("lost_run_4", "Breakout", 1),
@@ -577,6 +579,8 @@ def test_progress_rows_are_recomputed_from_the_events_and_the_sb3_zoo(title, gam
      "ours, Breakout seed 3, the seventh Breakout start"),
     ("Breakout seed 3, the eighth Breakout start", "50,100,150,200,300,400",
      "ours, Breakout seed 3, the eighth Breakout start"),
+    ("Breakout seed 1, the tenth Breakout start", "50,100,150,200,300,400",
+     "ours, Breakout seed 1, the tenth Breakout start"),
 ])
 def test_milestone_rows_of_our_partial_runs(title, milestones, row, tmp_path):
     """atari_10m/README.md's milestone rows for our partial runs: compare.py --milestones, run on the committed
@@ -680,6 +684,7 @@ REPLAYS = [
     ("Pong seed 1, the seventh start", "Pong seed 1, the fifth start"),  # AMD EPYCs with AVX2 only, two models
     ("Breakout seed 3, the ninth Breakout start", "Breakout seed 3, the eighth Breakout start"),  # AVX-512, two families
     ("Breakout seed 1, the tenth Breakout start", "the fourth start"),  # AMD EPYCs with AVX-512
+    ("Breakout seed 3, the eleventh Breakout start", "Breakout seed 3, the eighth Breakout start"),  # AVX-512, two families
 ]
 
 
